@@ -1,0 +1,130 @@
+"""The Learner on Accelerate: AdamW, micro-batching, grad clipping, DDP/FSDP/DeepSpeed via
+`accelerate launch`. It knows tokens, masks, advantages and logprobs, nothing of where they came from.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .. import grpo, tiny
+from ..types import TrainSequence
+from .base import Learner
+from .hf import DTYPES
+
+
+class AccelerateLearner(Learner):
+    """Trains the policy with a GRPO-family loss (see dynalize.grpo)."""
+
+    def __init__(self, path: str, trainer_cfg: Any, temperature: float = 1.0, dtype: str = "float32",
+                 accelerator: Accelerator | None = None):
+        resolved = tiny.resolve(path)
+        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.cfg = trainer_cfg
+        self.temperature = temperature
+        self.tokenizer = AutoTokenizer.from_pretrained(resolved)
+        model = AutoModelForCausalLM.from_pretrained(resolved, dtype=DTYPES[dtype])
+        model.config.use_cache = False
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay,
+            betas=tuple(trainer_cfg.betas),
+        )
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.model.train()
+        self.version = 0
+
+    @property
+    def unwrapped(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def _loss(self, logprobs, gen_logprobs, advantages, mask, num_tokens) -> grpo.LossOutput:
+        lc = self.cfg.loss
+        if lc.name == "ppo_clip":
+            return grpo.ppo_clip_loss(logprobs, gen_logprobs, advantages, mask, num_tokens, lc.clip_eps)
+        return grpo.prime_loss(logprobs, gen_logprobs, advantages, mask, num_tokens,
+                               lc.mask_threshold, lc.log_ratio_coef)
+
+    def _collate(self, seqs: list[TrainSequence]) -> dict[str, torch.Tensor]:
+        pad = self.tokenizer.pad_token_id or 0
+        width = max(len(s.input_ids) for s in seqs)
+        device = self.accelerator.device
+
+        def padded(rows, value, dtype):
+            return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=dtype, device=device)
+
+        return {
+            "input_ids": padded([s.input_ids for s in seqs], pad, torch.long),
+            "attention_mask": padded([[1] * len(s.input_ids) for s in seqs], 0, torch.long),
+            "loss_mask": padded([s.loss_mask for s in seqs], 0, torch.long),
+            "gen_logprobs": padded([s.gen_logprobs for s in seqs], 0.0, torch.float32),
+            "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=device),
+        }
+
+    def _global_tokens(self, batch: list[TrainSequence]) -> torch.Tensor:
+        local = torch.tensor(float(sum(sum(s.loss_mask) for s in batch)), device=self.accelerator.device)
+        return self.accelerator.reduce(local, reduction="sum")
+
+    def train_step(self, batch: list[TrainSequence]) -> dict[str, float]:
+        """One optimizer step; the loss is normalised by the policy tokens of the global batch."""
+        acc = self.accelerator
+        num_tokens = self._global_tokens(batch).clamp(min=1)
+        size = self.cfg.micro_batch_size
+        micro = [batch[i : i + size] for i in range(0, len(batch), size)]
+        totals = {"loss": 0.0, "masked_tokens": 0.0, "ratio_sum": 0.0, "abs_logprob_diff": 0.0}
+        for i, seqs in enumerate(micro):
+            t = self._collate(seqs)
+            sync = acc.no_sync(self.model) if i < len(micro) - 1 else nullcontext()
+            with sync:
+                logits = self.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"]).logits
+                logprobs = grpo.token_logprobs(logits, t["input_ids"], self.temperature)
+                out = self._loss(logprobs, t["gen_logprobs"], t["advantages"], t["loss_mask"], num_tokens)
+                # DDP averages gradients over processes; the loss is already a global mean.
+                acc.backward(out.loss * acc.num_processes)
+            mask = t["loss_mask"].float()
+            totals["loss"] += out.loss.item()
+            totals["masked_tokens"] += out.masked_tokens.item()
+            totals["ratio_sum"] += (out.mean_ratio * mask.sum()).item()
+            totals["abs_logprob_diff"] += ((logprobs.detach() - t["gen_logprobs"]).abs() * mask).sum().item()
+        grad_norm = acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        stats = acc.reduce(torch.tensor(list(totals.values()), device=acc.device), reduction="sum")
+        loss, masked, ratio_sum, diff = stats.tolist()
+        n = num_tokens.item()
+        return {
+            "loss": loss / acc.num_processes,
+            "grad_norm": float(grad_norm),
+            "masked_frac": masked / n,
+            "mean_ratio": ratio_sum / n,
+            "mismatch/abs_logprob_diff": diff / n,
+            "loss_tokens": n,
+        }
+
+    def policy_state(self) -> dict[str, Any]:
+        return self.unwrapped.state_dict()
+
+    def save(self, directory: str) -> None:
+        out = Path(directory)
+        if self.accelerator.is_main_process:
+            out.mkdir(parents=True, exist_ok=True)
+            self.unwrapped.save_pretrained(out / "policy", safe_serialization=True)
+            self.tokenizer.save_pretrained(out / "policy")
+            torch.save(self.optimizer.state_dict(), out / "optimizer.pt")
+            (out / "learner.json").write_text(json.dumps({"version": self.version}))
+        self.accelerator.wait_for_everyone()
+
+    def load(self, directory: str) -> None:
+        src = Path(directory)
+        saved = AutoModelForCausalLM.from_pretrained(src / "policy", dtype=self.unwrapped.dtype)
+        with torch.no_grad():
+            self.unwrapped.load_state_dict(saved.state_dict())
+        self.optimizer.load_state_dict(torch.load(src / "optimizer.pt", map_location=self.accelerator.device))
+        self.version = json.loads((src / "learner.json").read_text())["version"]
+

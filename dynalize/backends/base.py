@@ -1,0 +1,105 @@
+"""The engine interfaces. Engines implement these and know nothing of Dynalize.
+
+- `Generator`: samples completions for token-id prompts and reports per-token logprobs.
+- `ChatModel`: text in, text out; used for proposers, judges, user simulators, benchmark judges.
+- `RewardModel`: scores texts or conversations.
+- `Learner`: owns the trainable policy and its optimizer.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+from ..types import Message, TrainSequence
+
+
+class EngineError(RuntimeError):
+    """An engine failed in a way that retrying will not fix."""
+
+
+@dataclass
+class SamplingParams:
+    """How to sample. Logprobs are reported under `temperature` only (before top-p/min-p)."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of a prompt."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str  # "stop" (end of sequence) or "length"
+
+
+class Generator(abc.ABC):
+    """Samples from a copy of the policy that the learner updates by version."""
+
+    version: int = 0
+
+    @abc.abstractmethod
+    async def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+        """One completion per prompt (repeat a prompt to get a group)."""
+
+    @abc.abstractmethod
+    async def update_weights(self, state: dict[str, Any], version: int) -> None:
+        """Load the learner's weights (a name → tensor mapping) and mark them as `version`."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the engine's resources."""
+
+
+class ChatModel(abc.ABC):
+    """A chat LLM. `chat_json` (see dynalize.backends.chat_json) builds on `chat`."""
+
+    @abc.abstractmethod
+    async def chat(self, messages: list[Message], **sampling: Any) -> str:
+        """The assistant's reply to `messages`. Sampling keys: temperature, max_tokens, ..."""
+
+    supports_json_schema: bool = False
+    """True where `chat(..., json_schema=...)` constrains the output to the schema."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the engine's resources."""
+
+
+RMInput = str | list[Message]
+"""What a reward model reads: raw text, or a conversation whose last message is the reply."""
+
+
+class RewardModel(abc.ABC):
+    """A scalar reward model (Bradley–Terry or a plain function)."""
+
+    @abc.abstractmethod
+    async def score(self, items: list[RMInput]) -> list[float]:
+        """One score per item, in order."""
+
+
+class Learner(abc.ABC):
+    """Owns the trainable policy, its optimizer and the loss."""
+
+    version: int = 0
+
+    @abc.abstractmethod
+    def train_step(self, batch: list[TrainSequence]) -> dict[str, float]:
+        """One optimizer step on `batch`; returns metrics (loss, grad_norm, masked fraction...)."""
+
+    @abc.abstractmethod
+    def policy_state(self) -> dict[str, Any]:
+        """The policy's weights, for `Generator.update_weights`."""
+
+    @abc.abstractmethod
+    def save(self, directory: str) -> None:
+        """Write policy (safetensors), optimizer and learner state under `directory`."""
+
+    @abc.abstractmethod
+    def load(self, directory: str) -> None:
+        """Restore what `save` wrote."""

@@ -1,0 +1,293 @@
+"""What every ChatModel gets: JSON replies with retries, a concurrency limit, a scripted engine
+for tests and offline runs, and the config + factory that build an engine by name.
+
+Usage:
+
+    model = build_chat_model({"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "qwen"})
+    verdict = await chat_json(model, messages, schema={"type": "object", "required": ["hit"]})
+
+    fake = ScriptedChatModel(['{"hit": true}'])   # tests: canned replies; fake.calls records inputs
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import json_repair
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from ..types import Message, as_messages
+from .base import ChatModel, EngineError
+
+log = structlog.get_logger("dynalize.backends.chat")
+
+ENGINES = ("openai", "hf", "scripted")
+"""The chat engines `build_chat_model` knows."""
+
+RETRY_PROMPT = (
+    "Your previous reply could not be used: {problem}. "
+    "Reply again with only the JSON value, no prose and no code fences."
+)
+"""The user turn `chat_json` adds before a retry, so a greedy model does not repeat itself."""
+
+
+class ChatJSONError(EngineError):
+    """A chat model gave no usable JSON within the allowed attempts; `raw` is its last reply."""
+
+    def __init__(self, message: str, raw: str):
+        super().__init__(message)
+        self.raw = raw
+
+
+# --- JSON replies ------------------------------------------------------------------------------
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "number": (int, float),
+    "integer": (int,), "boolean": (bool,), "null": (type(None),),
+}
+
+
+def schema_problem(value: Any, schema: dict[str, Any]) -> str | None:
+    """A light check of `value` against `schema`: top-level type and required keys only.
+
+    Returns what is wrong in a few words, or None when the value passes.
+    """
+    expected = schema.get("type")
+    if expected is not None:
+        names = [expected] if isinstance(expected, str) else list(expected)
+        ok = any(
+            isinstance(value, _JSON_TYPES.get(n, (object,)))
+            and not (isinstance(value, bool) and n in ("number", "integer"))
+            for n in names
+        )
+        if not ok:
+            return f"expected a JSON {' or '.join(names)}, got {type(value).__name__}"
+    if isinstance(value, dict):
+        missing = [k for k in schema.get("required", []) if k not in value]
+        if missing:
+            return f"missing required key(s) {', '.join(map(repr, missing))}"
+    return None
+
+
+def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
+    """The JSON value in a model's reply, repaired where needed (prose, code fences, trailing commas).
+
+    Raises ValueError when nothing usable is found or the value fails `schema_problem`.
+    """
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        value = json_repair.loads(text or "")
+    if value is None or value == "":
+        raise ValueError("no JSON found")
+    if schema is None:
+        return value
+    problem = schema_problem(value, schema)
+    if problem and isinstance(value, list) and schema.get("type") == "object":
+        # json_repair returns a list when the prose holds several objects: take the first that fits.
+        fits = [v for v in value if isinstance(v, dict) and schema_problem(v, schema) is None]
+        if fits:
+            return fits[0]
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+class _BadJSON(Exception):
+    def __init__(self, problem: str, raw: str):
+        super().__init__(problem)
+        self.raw = raw
+
+
+async def chat_json(model: ChatModel, messages: list[Message], schema: dict[str, Any] | None = None, *,
+                    retries: int = 3, **sampling: Any) -> Any:
+    """Ask `model` for JSON and return the parsed value.
+
+    Passes `json_schema=schema` where the engine supports it. A reply that yields no usable JSON
+    (or fails the light schema check) is retried, up to `retries` attempts in all, with the bad
+    reply and a short correction appended to the conversation; then `ChatJSONError` is raised.
+    Engine errors (timeouts, HTTP failures) propagate: engines retry those themselves.
+    """
+    if retries < 1:
+        raise ValueError(f"retries must be >= 1, got {retries}")
+    base = as_messages(messages)
+    if schema is not None and model.supports_json_schema:
+        sampling["json_schema"] = schema
+    convo = list(base)
+    try:
+        async for attempt in AsyncRetrying(stop=stop_after_attempt(retries), reraise=True,
+                                           retry=retry_if_exception_type(_BadJSON)):
+            with attempt:
+                raw = await model.chat(convo, **sampling)
+                try:
+                    return parse_json(raw, schema)
+                except ValueError as e:
+                    n = attempt.retry_state.attempt_number
+                    log.warning("chat_json.unusable", attempt=n, of=retries, problem=str(e))
+                    convo = [*base, Message("assistant", raw),
+                             Message("user", RETRY_PROMPT.format(problem=e))]
+                    raise _BadJSON(str(e), raw) from None
+    except _BadJSON as e:
+        raise ChatJSONError(f"no usable JSON after {retries} attempt(s): {e}", raw=e.raw) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# --- concurrency -------------------------------------------------------------------------------
+
+class LimitedChatModel(ChatModel):
+    """At most `max_concurrency` calls of `model` in flight at once; the others wait their turn.
+
+    Wrap any engine: `LimitedChatModel(HFChatModel(...), 4)`. The OpenAI engine has its own limit
+    (`max_concurrency`), so it needs no wrapper.
+    """
+
+    def __init__(self, model: ChatModel, max_concurrency: int):
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.model = model
+        self.max_concurrency = max_concurrency
+        self._limiter: anyio.CapacityLimiter | None = None  # made in the event loop, on first use
+
+    @property
+    def supports_json_schema(self) -> bool:  # type: ignore[override]
+        return self.model.supports_json_schema
+
+    async def chat(self, messages: list[Message], **sampling: Any) -> str:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.max_concurrency)
+        async with self._limiter:
+            return await self.model.chat(messages, **sampling)
+
+    async def close(self) -> None:
+        await self.model.close()
+
+    def __repr__(self) -> str:
+        return f"LimitedChatModel({self.model!r}, max_concurrency={self.max_concurrency})"
+
+
+# --- scripted engine ---------------------------------------------------------------------------
+
+Reply = str | BaseException
+ReplyFn = Callable[[list[Message]], str | Awaitable[str]]
+
+
+class ScriptedChatModel(ChatModel):
+    """A fake chat model for tests and offline runs.
+
+    `replies` is either a list answered in order (an exception in the list is raised instead, to
+    test failure paths; running out raises EngineError) or a function of the messages, sync or
+    async. `calls` records the messages of every call, `sampling` the keyword arguments.
+    """
+
+    def __init__(self, replies: list[Reply] | ReplyFn, latency: float = 0.0, *,
+                 supports_json_schema: bool = False):
+        self.replies = replies
+        self.latency = latency
+        self.supports_json_schema = supports_json_schema
+        self.calls: list[list[Message]] = []
+        self.sampling: list[dict[str, Any]] = []
+
+    async def chat(self, messages: list[Message], **sampling: Any) -> str:
+        msgs = list(as_messages(messages))
+        n = len(self.calls)
+        self.calls.append(msgs)
+        self.sampling.append(dict(sampling))
+        if self.latency > 0:
+            await anyio.sleep(self.latency)
+        if callable(self.replies):
+            out = self.replies(msgs)
+            return await out if inspect.isawaitable(out) else out
+        if n >= len(self.replies):
+            raise EngineError(f"ScriptedChatModel: no reply left for call {n + 1} (script has {len(self.replies)})")
+        reply = self.replies[n]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    def __repr__(self) -> str:
+        kind = "function" if callable(self.replies) else f"{len(self.replies)} replies"
+        return f"ScriptedChatModel({kind}, calls={len(self.calls)})"
+
+
+# --- config and factory ------------------------------------------------------------------------
+
+class ChatModelConfig(BaseModel):
+    """Which chat model to use for a role (proposer, judge, user simulator, benchmark judge)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+    engine: str = "openai"
+    """`openai` (any OpenAI-compatible endpoint), `hf` (local transformers model), `scripted` (canned)."""
+    model: str | None = None
+    """openai: the model name sent with each request."""
+    base_url: str | None = None
+    """openai: endpoint root including `/v1`, e.g. `http://127.0.0.1:8000/v1`."""
+    api_key_env: str | None = "OPENAI_API_KEY"
+    """openai: NAME of the environment variable holding the API key (None = no key); never the key."""
+    path: str | None = None
+    """hf: model directory or `tiny:<name>`. scripted: `module:attr`, a reply list or function."""
+    timeout: float = Field(60.0, gt=0)
+    """openai: seconds before a request is abandoned (and retried)."""
+    max_retries: int = Field(5, ge=0)
+    """openai: retries after a 429, 5xx, timeout or connection error."""
+    max_concurrency: int = Field(16, gt=0)
+    """Requests in flight at once (hf generates one at a time regardless)."""
+    temperature: float = Field(0.0, ge=0)
+    """Default sampling temperature (0 = greedy); a call's own `temperature` wins."""
+    max_tokens: int = Field(1024, gt=0)
+    """Default longest reply in tokens; a call's own `max_tokens` wins."""
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str) -> str:
+        if v not in ENGINES:
+            raise ValueError(f"unknown chat engine {v!r}; known: {', '.join(ENGINES)}")
+        return v
+
+
+def _one_line(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+    return f"chat model config: {loc}: {msg}"
+
+
+def _load_script(spec: str) -> list[Reply] | ReplyFn:
+    module, sep, attr = spec.partition(":")
+    if not sep or not attr:
+        raise ValueError(f"scripted chat engine: path must be 'module:attr', got {spec!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build_chat_model(cfg: dict[str, Any] | BaseModel) -> ChatModel:
+    """The chat model `cfg` (a dict or a ChatModelConfig-like pydantic model) describes."""
+    data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
+    try:
+        c = ChatModelConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(_one_line(e)) from None
+    sampling = {"temperature": c.temperature, "max_tokens": c.max_tokens}
+    if c.engine == "openai":
+        if not c.base_url or not c.model:
+            raise ValueError("chat model config: the openai engine needs both base_url and model")
+        from .openai import OpenAIChatModel
+
+        return OpenAIChatModel(c.base_url, c.model, api_key_env=c.api_key_env, timeout=c.timeout,
+                               max_retries=c.max_retries, max_concurrency=c.max_concurrency,
+                               default_sampling=sampling)
+    if c.engine == "hf":
+        if not c.path:
+            raise ValueError("chat model config: the hf engine needs path (a model directory or tiny:<name>)")
+        from .hf_chat import HFChatModel
+
+        return HFChatModel(c.path, default_sampling=sampling)
+    if not c.path:
+        raise ValueError("chat model config: the scripted engine needs path='module:attr' (replies or a function)")
+    return LimitedChatModel(ScriptedChatModel(_load_script(c.path)), c.max_concurrency)

@@ -1,0 +1,213 @@
+"""Typed experiment config: YAML files plus dotted overrides (`trainer.lr=1e-6`).
+
+Every field is documented where it is declared. Unknown keys and wrong types fail with one line
+naming the key (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """Bad config: the message is one readable line."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PolicyConfig(Section):
+    path: str = "tiny:policy"
+    """Model directory, or `tiny:<name>` for a tiny model built locally (see dynalize.tiny)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype of learner and generator."""
+
+
+class GeneratorConfig(Section):
+    engine: str = "hf"
+    """Generation engine: `hf` (transformers), `vllm` (in-process), `remote` (vLLM servers)."""
+    max_new_tokens: int = Field(64, gt=0)
+    """Longest reply, in tokens."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature; the learner scales logits by it too."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling threshold (1 = off)."""
+    min_p: float = Field(0.0, ge=0, lt=1)
+    """Min-p sampling threshold (0 = off)."""
+    batch_size: int = Field(64, gt=0)
+    """HF engine: sequences generated in one forward batch."""
+
+
+class RewardModelConfig(Section):
+    engine: str = "task"
+    """`task` (the task supplies its RM), `hf` (sequence classifier), or `python` (a function)."""
+    path: str | None = None
+    """`hf`: model directory or `tiny:<name>`. `python`: `module:function` taking a list of texts."""
+    batch_size: int = Field(16, gt=0)
+    """Items scored in one forward batch."""
+    max_length: int = Field(2048, gt=0)
+    """Longest RM input in tokens; longer inputs are truncated (from the left for chats)."""
+
+
+class LossConfig(Section):
+    name: Literal["prime", "ppo_clip"] = "prime"
+    """`prime`: prime-rl's masked token-level IS loss. `ppo_clip`: PPO's clipped surrogate."""
+    mask_threshold: float = Field(0.2, gt=0)
+    """prime: mask tokens where π_θ − π_gen > t with A > 0, or < −t with A < 0."""
+    log_ratio_coef: float = Field(1e-3, ge=0)
+    """prime: weight of the (log r)² term."""
+    clip_eps: float = Field(0.2, gt=0)
+    """ppo_clip: clip the ratio to [1 − eps, 1 + eps]."""
+    std_normalize: bool = False
+    """Divide advantages by the group's reward std (off by default, as in Dr. GRPO / prime-rl)."""
+
+
+class TrainerConfig(Section):
+    lr: float = Field(1e-6, gt=0)
+    """AdamW learning rate (constant)."""
+    weight_decay: float = Field(0.01, ge=0)
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Clip the global gradient norm to this."""
+    micro_batch_size: int = Field(16, gt=0)
+    """Sequences per forward/backward; gradients accumulate over the batch."""
+    loss: LossConfig = LossConfig()
+    """The policy-gradient loss."""
+
+
+class TaskConfig(Section):
+    name: str = "sandbox"
+    """A built-in task (`sandbox`, ...) or an importable `module:Class`."""
+    args: dict[str, Any] = {}
+    """The task's own settings, validated by the task."""
+
+
+class PenaltiesConfig(Section):
+    enabled: bool = False
+    """Dynalize on (evolving penalties) or off (the RM-only baseline)."""
+    lam: float = Field(0.5, ge=0)
+    """λ: reward = RM − λ · violations."""
+
+
+class RunConfig(Section):
+    name: str = "default"
+    """Run name: outputs go to `<output_dir>/<name>/`."""
+    output_dir: str = "runs"
+    """Parent folder of run directories."""
+    seed: int = 0
+    """Seeds data order, sampling, and model init."""
+    steps: int = Field(20, gt=0)
+    """Training steps."""
+    batch_size: int = Field(64, gt=0)
+    """Rollouts per step (prompts per step × group_size)."""
+    group_size: int = Field(8, gt=1)
+    """G: samples per prompt."""
+    async_level: int = Field(1, ge=0)
+    """How many batches generation runs ahead of training (batch k uses policy k − async_level)."""
+    max_off_policy_steps: int = Field(8, ge=0)
+    """Drop rollouts sampled by a policy more than this many versions old."""
+    checkpoint_every: int = Field(10, ge=0)
+    """Save a resumable checkpoint every N steps (0 = only at the end)."""
+    eval_every: int = Field(0, ge=0)
+    """Run the task's held-out evaluation every N steps (0 = never)."""
+    eval_samples: int = Field(4, gt=0)
+    """Replies sampled per held-out prompt at each evaluation."""
+    progress: bool = True
+    """Show a live progress bar."""
+    policy: PolicyConfig = PolicyConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    reward_model: RewardModelConfig = RewardModelConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    task: TaskConfig = TaskConfig()
+    penalties: PenaltiesConfig = PenaltiesConfig()
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> "RunConfig":
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size})"
+            )
+        return self
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.batch_size // self.group_size
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        child = node.setdefault(k, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config error: {dotted}: {k!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`a.b=3` → ("a.b", 3); the value is read as YAML (numbers, booleans, lists)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"config error: override {item!r} is not of the form key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def _format_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"config error: {loc}: unknown key"
+    msg = err["msg"].removeprefix("Value error, ")
+    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    return f"config error: {loc}: {msg}{more}"
+
+
+def validate(data: dict[str, Any]) -> RunConfig:
+    """Validate a plain dict, raising ConfigError with a one-line message."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e)) from None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config error: no such config file: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config error: {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {p} must hold a mapping at the top level")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Config from an optional YAML file, then dotted overrides applied in order."""
+    data = read_yaml(path) if path else {}
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(data, key, value)
+    return validate(data)
+
+
+def dump_config(cfg: RunConfig, path: Path) -> None:
+    """Write the fully resolved config as YAML."""
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,174 @@
+"""The penalty buffer B_t: live penalties, their retirements and revivals, and the history.
+
+Rules (ARCHITECTURE.md): at most one penalty enters per step; a penalty that no judged rollout
+of a step triggers is retired; a retired penalty proposed again comes back with its old id and
+history. Every change bumps `version` (the judge's cache keys on it). With a `path`, each event
+is appended to a JSONL file and flushed at once, so a crash loses nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..types import Penalty
+from .candidate import Candidate, normalize_title
+
+
+class PenaltyBufferError(RuntimeError):
+    """A change the buffer's rules forbid (a second add in one step, a duplicate of a live penalty)."""
+
+
+class PenaltyBuffer:
+    """Penalties by id (`p001`, `p002`, ...), active or retired, with per-step trigger stats."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else None
+        self.version = 0
+        self.step_stats: list[dict[str, Any]] = []
+        self._penalties: dict[str, Penalty] = {}
+        self._next_id = 1
+        self._last_add_step: int | None = None
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def active(self) -> list[Penalty]:
+        return [p for p in self._penalties.values() if p.active]
+
+    def retired(self) -> list[Penalty]:
+        return [p for p in self._penalties.values() if not p.active]
+
+    def all(self) -> list[Penalty]:
+        return list(self._penalties.values())
+
+    def get(self, penalty_id: str) -> Penalty:
+        return self._penalties[penalty_id]
+
+    def __len__(self) -> int:
+        return len(self.active())
+
+    def find(self, candidate: Candidate) -> Penalty | None:
+        """The penalty `candidate` repeats: named by the dedup pass, same title, or same regex."""
+        if candidate.revives and candidate.revives in self._penalties:
+            return self._penalties[candidate.revives]
+        title = normalize_title(candidate.title)
+        for p in self._penalties.values():
+            if normalize_title(p.title) == title or (candidate.regex and p.regex == candidate.regex):
+                return p
+        return None
+
+    # --- changes --------------------------------------------------------------------------------
+
+    def add(self, candidate: Candidate, step: int, **extra: Any) -> Penalty:
+        """Let `candidate` in at `step`: a new penalty, or the revival of the retired one it repeats.
+
+        `extra` goes into the event (e.g. `proposed_at`). Raises PenaltyBufferError on a second
+        add in the same step or a duplicate of a live penalty.
+        """
+        match = self.find(candidate)
+        if match is not None and match.active:
+            raise PenaltyBufferError(f"candidate {candidate.title!r} duplicates active penalty {match.id}")
+        if match is not None:
+            return self.revive(match.id, step, candidate, **extra)
+        self._claim(step)
+        p = Penalty(id=f"p{self._next_id:03d}", title=candidate.title, description=candidate.description,
+                    references=list(candidate.references), regex=candidate.regex, created_step=step)
+        self._next_id += 1
+        self._penalties[p.id] = p
+        self._event(p, step, "add", description=p.description, regex=p.regex,
+                    references=p.references, groups=candidate.groups, **extra)
+        return p
+
+    def revive(self, penalty_id: str, step: int, candidate: Candidate | None = None, **extra: Any) -> Penalty:
+        """Bring retired penalty `penalty_id` back at `step`, keeping its id, text and history."""
+        p = self._penalties[penalty_id]
+        if p.active:
+            raise PenaltyBufferError(f"penalty {penalty_id} is active, nothing to revive")
+        self._claim(step)
+        p.active = True
+        if candidate is not None:
+            p.references = list(candidate.references)
+            extra = {"proposed_title": candidate.title, "references": p.references, **extra}
+        self._event(p, step, "revive", **extra)
+        return p
+
+    def retire(self, penalty_id: str, step: int, **why: Any) -> Penalty:
+        """Retire an active penalty at `step`."""
+        p = self._penalties[penalty_id]
+        if not p.active:
+            raise PenaltyBufferError(f"penalty {penalty_id} is already retired")
+        p.active = False
+        self._event(p, step, "retire", **why)
+        return p
+
+    def end_step(self, step: int, trigger_counts: dict[str, int], n_judged: int,
+                 judged: dict[str, int] | None = None) -> list[str]:
+        """Record this step's triggers and prevalence per active penalty; retire the untriggered.
+
+        `judged[id]` (optional) is how many rollouts got a valid verdict for `id`; a penalty with
+        none (every judge call failed) is not retired, since nothing was observed. Returns the
+        ids retired.
+        """
+        active = self.active()
+        triggers = {p.id: int(trigger_counts.get(p.id, 0)) for p in active}
+        prevalence = {pid: (t / n_judged if n_judged else 0.0) for pid, t in triggers.items()}
+        stats = {"step": step, "n_judged": n_judged, "triggers": triggers, "prevalence": prevalence}
+        self.step_stats.append(stats)
+        if active:
+            self._write({"step": step, "event": "stats", "n_judged": n_judged,
+                         "triggers": triggers, "prevalence": prevalence})
+        retired = []
+        for p in active:
+            observed = judged.get(p.id, 0) if judged is not None else n_judged
+            if triggers[p.id] == 0 and n_judged > 0 and observed > 0:
+                self.retire(p.id, step, reason="no_triggers", n_judged=n_judged)
+                retired.append(p.id)
+        return retired
+
+    # --- persistence ----------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything needed to resume (saved in every checkpoint)."""
+        return {"version": self.version, "next_id": self._next_id, "last_add_step": self._last_add_step,
+                "penalties": [p.to_dict() for p in self._penalties.values()],
+                "step_stats": copy.deepcopy(self.step_stats)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], path: str | Path | None = None) -> "PenaltyBuffer":
+        buf = cls(path)
+        buf.load_json(data)
+        return buf
+
+    def load_json(self, data: dict[str, Any]) -> None:
+        """Replace this buffer's state with `data` (from `to_json`); the events path stays."""
+        self.version = int(data["version"])
+        self._next_id = int(data["next_id"])
+        self._last_add_step = data.get("last_add_step")
+        data = copy.deepcopy(data)
+        self._penalties = {d["id"]: Penalty.from_dict(d) for d in data["penalties"]}
+        self.step_stats = list(data.get("step_stats", []))
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _claim(self, step: int) -> None:
+        if self._last_add_step == step:
+            raise PenaltyBufferError(f"a penalty already entered the buffer at step {step}")
+        self._last_add_step = step
+
+    def _event(self, p: Penalty, step: int, event: str, **extra: Any) -> None:
+        entry = {"step": step, "event": event, **extra}
+        p.history.append(entry)
+        self.version += 1
+        self._write({"step": step, "event": event, "id": p.id, "title": p.title, **extra})
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())

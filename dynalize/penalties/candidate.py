@@ -1,0 +1,75 @@
+"""What a proposer returns: candidate penalties, and the outcome of one proposal step."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .views import ProposerView
+
+
+@dataclass
+class Candidate:
+    """A proposed penalty, after the proposer's filters.
+
+    `groups` is the number of distinct batch groups its references cover; `revives` names a
+    retired penalty the dedup pass found it repeats (the buffer then revives that one).
+    """
+
+    title: str
+    description: str
+    references: list[str] = field(default_factory=list)
+    regex: str | None = None
+    groups: int = 0
+    revives: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Candidate":
+        return cls(**d)
+
+
+@dataclass
+class ProposalResult:
+    """One proposal step: the accepted candidate (at most one), rejections by reason, or an error."""
+
+    step: int
+    accepted: Candidate | None = None
+    candidates: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    latency: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def reject(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.rejected[reason] = self.rejected.get(reason, 0) + n
+
+
+class Proposer(Protocol):
+    """Anything that turns a view of a batch into a proposal (LLM or lexical)."""
+
+    async def propose(self, view: "ProposerView") -> ProposalResult: ...
+
+
+def normalize_title(title: str) -> str:
+    """Lower-case words only, so "Opens with 'Okay,'" and "opens with okay" compare equal."""
+    return " ".join(re.findall(r"\w+", title.lower()))
+
+
+def regex_error(regex: str) -> str | None:
+    """Why `regex` cannot be a penalty's regex (does not compile, or matches the empty text)."""
+    try:
+        compiled = re.compile(regex)
+    except (re.error, TypeError, ValueError) as e:
+        return f"does not compile: {e}"
+    if compiled.search(""):
+        return "matches the empty text"
+    return None

@@ -1,0 +1,48 @@
+"""Our prompt templates (package data) and how untrusted text is embedded in them.
+
+Rollout texts are data, never instructions: `fence` wraps them in tags that carry a random
+per-call nonce the text cannot contain, so a reply cannot close its own block.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import cache
+from importlib import resources
+from string import Template
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from ..types import Penalty
+
+
+@cache
+def load_template(name: str) -> Template:
+    """The template `prompts/<name>.txt` (slots written `$slot`)."""
+    text = resources.files("dynalize.penalties").joinpath("prompts", f"{name}.txt").read_text("utf-8")
+    return Template(text)
+
+
+def render(name: str, **slots: object) -> str:
+    """Template `name` with every slot filled (a missing slot raises KeyError)."""
+    return load_template(name).substitute({k: str(v) for k, v in slots.items()}).strip()
+
+
+def new_nonce(*texts: str) -> str:
+    """A random tag code that occurs in none of `texts` (so none of them can close the tag)."""
+    while True:
+        nonce = secrets.token_hex(8)
+        if not any(nonce in t for t in texts):
+            return nonce
+
+
+def fence(label: str, text: str, nonce: str) -> str:
+    """`text` between `<label-nonce>` and `</label-nonce>`; the nonce must not occur in `text`."""
+    if nonce in text:
+        raise ValueError("the nonce occurs in the fenced text")
+    return f"<{label}-{nonce}>\n{text}\n</{label}-{nonce}>"
+
+
+def penalty_list(penalties: Sequence["Penalty"]) -> str:
+    """Penalties as prompt lines `- p003: Title. Description`, or `(none)`."""
+    return "\n".join(f"- {p.id}: {p.title}. {p.description}" for p in penalties) or "(none)"

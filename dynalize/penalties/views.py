@@ -1,0 +1,79 @@
+"""The proposer's view of a batch: a seeded sample of rollouts, each with its RM score and the
+sign of its RM-only advantage, plus the current penalties.
+
+By default 2 rollouts from each of 16 groups (32 in all), drawn with an RNG seeded from
+(seed, step) so a run is reproducible. Each sample gets a short id (`s07`) the proposer cites.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+
+from ..types import Batch, Penalty
+
+
+@dataclass
+class ViewSample:
+    """One rollout as the proposer sees it. `group` is its group's index in the batch."""
+
+    id: str
+    group: int
+    text: str
+    rm_score: float
+    sign: str  # "+", "-" or "0": the sign of its RM-only advantage within its group
+
+
+@dataclass
+class ProposerView:
+    """What one proposal step looks at. `retired` lets the dedup pass spot revivals."""
+
+    step: int
+    samples: list[ViewSample]
+    active: list[Penalty] = field(default_factory=list)
+    retired: list[Penalty] = field(default_factory=list)
+    domain: str = ""
+
+    def by_id(self) -> dict[str, ViewSample]:
+        return {s.id: s for s in self.samples}
+
+    def positives(self) -> list[ViewSample]:
+        return [s for s in self.samples if s.sign == "+"]
+
+    def negatives(self) -> list[ViewSample]:
+        return [s for s in self.samples if s.sign == "-"]
+
+
+def advantage_sign(advantage: float, eps: float = 1e-9) -> str:
+    """"+", "-" or "0" ("0" within `eps` of zero, e.g. a group whose scores are all equal)."""
+    return "+" if advantage > eps else "-" if advantage < -eps else "0"
+
+
+def view_rng(seed: int, step: int) -> random.Random:
+    """An RNG that depends only on (seed, step), the same in every process and Python version."""
+    digest = hashlib.sha256(f"dynalize-view:{seed}:{step}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def build_view(batch: Batch, *, seed: int = 0, step: int | None = None, groups: int = 16,
+               per_group: int = 2, active: list[Penalty] | None = None,
+               retired: list[Penalty] | None = None, domain: str = "") -> ProposerView:
+    """Sample `per_group` rollouts from each of `groups` groups of `batch` (fewer if it is smaller).
+
+    Samples are listed group by group, with ids `s01`, `s02`, ... in that order. Texts are copied,
+    so the view does not change when the batch does.
+    """
+    step = batch.step if step is None else step
+    rng = view_rng(seed, step)
+    nonempty = [i for i, g in enumerate(batch.groups) if g]
+    chosen = sorted(rng.sample(nonempty, min(groups, len(nonempty))))
+    samples: list[ViewSample] = []
+    width = max(2, len(str(len(chosen) * per_group)))
+    for gi in chosen:
+        group = batch.groups[gi]
+        for r in rng.sample(group, min(per_group, len(group))):
+            sid = f"s{len(samples) + 1:0{width}d}"
+            samples.append(ViewSample(sid, gi, r.text, float(r.rm_score), advantage_sign(r.rm_advantage)))
+    return ProposerView(step=step, samples=samples, active=list(active or []),
+                        retired=list(retired or []), domain=domain)

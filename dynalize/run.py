@@ -1,0 +1,136 @@
+"""`python -m dynalize.run [--config X.yaml] [--resume RUN_DIR] [key=value ...]`
+
+Reads the config, builds the parts, runs the loop, prints a summary. With no arguments it runs
+the built-in default experiment (the sandbox task with Dynalize on, a few minutes on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from rich.console import Console
+from rich.table import Table
+
+from .config import ConfigError, RunConfig, dump_config, load_config, read_yaml, validate
+from .runlog import RunDir, load_checkpoint
+
+DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
+log = structlog.get_logger("dynalize.run")
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
+    for noisy in ("httpx", "transformers", "accelerate"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+                    structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m dynalize.run", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", help="YAML experiment file (default: the built-in sandbox demo)")
+    ap.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5 steps=40")
+    return ap.parse_args(argv)
+
+
+def resolve_config(args: argparse.Namespace) -> RunConfig:
+    if args.resume:
+        saved = Path(args.resume) / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"config error: {args.resume} is not a run directory (no config.yaml)")
+        data = read_yaml(saved)
+        from .config import _set_dotted, parse_override
+
+        for item in args.overrides:
+            _set_dotted(data, *parse_override(item))
+        cfg = validate(data)
+        cfg.output_dir, cfg.name = str(Path(args.resume).parent), Path(args.resume).name
+        return cfg
+    return load_config(args.config or DEFAULT_CONFIG, args.overrides)
+
+
+async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
+    from .build import build_parts
+    from .loop import Trainer
+
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    parts = build_parts(cfg, run_dir)
+    start, inflight, dropped = 0, {}, 0
+    if resume:
+        ckpt = RunDir(run_dir).latest_checkpoint()
+        if ckpt is None:
+            raise ConfigError(f"config error: {run_dir} has no checkpoint to resume from")
+        state, inflight = load_checkpoint(ckpt, parts.learner)
+        if parts.penalties is not None and state.get("penalties"):
+            parts.penalties.load_state_dict(state["penalties"])
+        await parts.generator.update_weights(parts.learner.policy_state(), state["generator_version"])
+        start, dropped = state["step"], state["dropped_total"]
+        parts.run.truncate_metrics(start)
+        log.info("resuming", run=str(run_dir), step=start)
+    dump_config(cfg, run_dir / "config.yaml")
+    log.info("run", name=cfg.name, dir=str(run_dir), task=cfg.task.name, steps=cfg.steps,
+             penalties=cfg.penalties.enabled)
+    return await Trainer(parts, start, inflight, dropped).run()
+
+
+def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
+    t = Table(title=f"dynalize run {cfg.name!r}  ({cfg.run_dir})")
+    t.add_column("metric")
+    t.add_column("first", justify="right")
+    t.add_column("last", justify="right")
+    rows = ["reward/mean", "rm/mean", "gen_len/mean", "loss", "eval/gold", "eval/rm", "penalties/active"]
+    first, last = history[0], history[-1]
+    for key in rows:
+        evals = [h[key] for h in history if key in h]
+        if evals:
+            t.add_row(key, f"{evals[0]:.3f}", f"{evals[-1]:.3f}")
+    steps = len(history)
+    t.add_row("steps", str(first["step"]), str(last["step"]))
+    t.add_row("dropped rollouts (total)", "", str(last["dropped_total"]))
+    t.add_row("rollouts/s (mean)", "", f"{statistics.fmean(h['rollouts_per_s'] for h in history):.1f}")
+    t.add_row("step time s (mean)", "", f"{statistics.fmean(h['time/step'] for h in history):.2f} × {steps}")
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.log_level.upper())
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        cfg = resolve_config(args)
+        from .build import check_paths
+
+        check_paths(cfg)
+        history = anyio.run(train, cfg, bool(args.resume))
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: metrics and rollouts written so far are kept", file=sys.stderr)
+        return 130
+    if history:
+        Console().print(summary_table(cfg, history))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The Task plugin interface: what a domain supplies to dynalize.
+
+A task gives its prompts (train and held-out splits), says how a rollout unfolds (one policy
+reply by default, or several with a simulated user between them), what the reward model sees of
+a reply, and a short description of the domain that proposer and judge prompts include.
+
+A new domain is one subclass plus one YAML file naming it as `my_pkg.my_module:MyTask`.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..backends.base import RewardModel, RMInput
+from ..config import ConfigError
+from ..types import Message, Prompt
+
+Split = Literal["train", "eval"]
+
+
+class TaskArgs(BaseModel):
+    """A task's own settings (the `task.args` block of the config). Subclass to add fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Task(abc.ABC):
+    """One domain. Subclasses set `Args` to their own TaskArgs subclass."""
+
+    Args: ClassVar[type[TaskArgs]] = TaskArgs
+    description: ClassVar[str] = "A general assistant task."
+    max_turns: ClassVar[int] = 1
+    """Policy replies per rollout; > 1 makes the task multi-turn (see `user_reply`)."""
+
+    def __init__(self, args: TaskArgs, seed: int = 0):
+        self.args = args
+        self.seed = seed
+
+    @abc.abstractmethod
+    def prompts(self, split: Split) -> list[Prompt]:
+        """The prompts of a split, in a fixed order (the loop shuffles by seed)."""
+
+    def rm_input(self, conversation: list[Message], reply: str) -> RMInput:
+        """What the RM reads for `reply` to `conversation`: by default the chat with the reply."""
+        return [*conversation, Message("assistant", reply)]
+
+    def split_reasoning(self, reply: str) -> tuple[str, str]:
+        """(reasoning, final reply). RM and judge see only the final reply. Default: no reasoning."""
+        return "", reply
+
+    async def user_reply(self, conversation: list[Message]) -> str | None:
+        """Multi-turn only: the simulated user's next message, or None to end the conversation."""
+        return None
+
+    def reward_model(self) -> RewardModel | None:
+        """A reward model the task supplies itself (config `reward_model.engine: task`)."""
+        return None
+
+    async def evaluate(self, prompts: list[Prompt], replies: list[str]) -> dict[str, float]:
+        """Optional held-out quality metrics (e.g. the sandbox's gold score) for eval-split replies."""
+        return {}
+
+
+BUILTIN_TASKS = {
+    "sandbox": "dynalize.tasks.sandbox:SandboxTask",
+}
+
+
+class UnknownTaskError(ConfigError):
+    pass
+
+
+def task_class(name: str) -> type[Task]:
+    """Resolve a built-in task name or an importable `module:Class` path."""
+    target = BUILTIN_TASKS.get(name, name)
+    if ":" not in target:
+        known = ", ".join(sorted(BUILTIN_TASKS))
+        raise UnknownTaskError(f"unknown task {name!r}: use one of {known} or 'package.module:Class'")
+    module_name, _, attr = target.partition(":")
+    try:
+        cls: Any = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise UnknownTaskError(f"cannot import task {name!r}: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise UnknownTaskError(f"task {name!r} is not a dynalize.tasks.base.Task subclass")
+    return cls
+
+
+def build_task(name: str, args: dict[str, Any], seed: int) -> Task:
+    """Instantiate a task, validating its `args` against the task's own Args model."""
+    cls = task_class(name)
+    try:
+        parsed = cls.Args.model_validate(args)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(f"config error: task.args.{loc}: {what}") from None
+    return cls(parsed, seed=seed)

@@ -1,0 +1,153 @@
+"""Plain data that flows between the parts of dynalize. No torch, no engines.
+
+A *rollout* is one sampled episode for one prompt: a single reply, or (multi-turn) several policy
+replies with simulated-user turns between them. A *group* is the G rollouts of one prompt in one
+step; advantages are computed within a group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+def as_messages(items: list[dict[str, str]] | list[Message]) -> list[Message]:
+    """Accept chat messages as dicts or Message objects."""
+    return [m if isinstance(m, Message) else Message(role=m["role"], content=m["content"]) for m in items]
+
+
+@dataclass
+class Prompt:
+    """One training or evaluation prompt: an id and the conversation so far."""
+
+    id: str
+    messages: list[Message]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Rollout:
+    """One sampled episode, with everything the trainer and the analysis need.
+
+    Token fields are those of the whole sequence the learner trains on: `prompt_ids` then
+    `completion_ids`. `loss_mask[i]` says whether completion token i was written by the policy
+    (1) or by someone else, e.g. a simulated user (0); `logprobs[i]` is the generator's
+    log-probability of completion token i (0.0 where the mask is 0).
+    """
+
+    prompt_id: str
+    group: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    loss_mask: list[int]
+    replies: list[str]
+    policy_version: int
+    truncated: bool = False
+    messages: list[Message] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    rm_scores: list[float] = field(default_factory=list)
+    rm_score: float = 0.0
+    verdicts: dict[str, bool] = field(default_factory=dict)
+    violations: int = 0
+    reward: float = 0.0
+    rm_advantage: float = 0.0
+    advantage: float = 0.0
+
+    @property
+    def text(self) -> str:
+        """The policy's replies, joined; the whole reply for single-turn rollouts."""
+        return "\n\n".join(self.replies)
+
+    def record(self, step: int) -> dict[str, Any]:
+        """The JSON-ready line written to rollouts/step_NNNNNN.jsonl."""
+        return {
+            "step": step,
+            "prompt_id": self.prompt_id,
+            "group": self.group,
+            "policy_version": self.policy_version,
+            "prompt": [m.to_dict() for m in self.messages],
+            "replies": self.replies,
+            "reasoning": self.reasoning,
+            "prompt_tokens": len(self.prompt_ids),
+            "completion_tokens": len(self.completion_ids),
+            "policy_tokens": int(sum(self.loss_mask)),
+            "truncated": self.truncated,
+            "rm_scores": self.rm_scores,
+            "rm_score": self.rm_score,
+            "verdicts": self.verdicts,
+            "violations": self.violations,
+            "reward": self.reward,
+            "rm_advantage": self.rm_advantage,
+            "advantage": self.advantage,
+        }
+
+
+@dataclass
+class Batch:
+    """The rollouts of one training step, grouped by prompt."""
+
+    step: int
+    groups: list[list[Rollout]]
+
+    @property
+    def rollouts(self) -> list[Rollout]:
+        return [r for g in self.groups for r in g]
+
+
+@dataclass
+class Penalty:
+    """A negative rubric: a behaviour the RM seems to reward for the wrong reasons.
+
+    `references` are the sample ids (from the proposer's view of a batch) that show the pattern.
+    A penalty with a `regex` is decided lexically, without an LLM judge.
+    """
+
+    id: str
+    title: str
+    description: str
+    references: list[str] = field(default_factory=list)
+    regex: str | None = None
+    created_step: int = 0
+    active: bool = True
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Penalty":
+        return cls(**d)
+
+
+@dataclass
+class TrainSequence:
+    """What the learner needs of one rollout: tokens, which to train on, and the advantage."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    gen_logprobs: list[float]
+    advantage: float
+
+    @classmethod
+    def from_rollout(cls, r: Rollout) -> "TrainSequence":
+        n = len(r.prompt_ids)
+        return cls(
+            input_ids=r.prompt_ids + r.completion_ids,
+            loss_mask=[0] * n + list(r.loss_mask),
+            gen_logprobs=[0.0] * n + list(r.logprobs),
+            advantage=r.advantage,
+        )

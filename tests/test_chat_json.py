@@ -1,0 +1,186 @@
+"""chat_json (repair, schema check, retries), ScriptedChatModel, LimitedChatModel and the factory."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import anyio
+import pytest
+
+from dynalize.backends.base import ChatModel, EngineError
+from dynalize.backends.chat import (
+    ChatJSONError,
+    ChatModelConfig,
+    LimitedChatModel,
+    ScriptedChatModel,
+    build_chat_model,
+    chat_json,
+    parse_json,
+    schema_problem,
+)
+from dynalize.types import Message
+
+MSGS = [Message("user", "Judge this.")]
+VERDICT = {"type": "object", "required": ["violations"]}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ('{"a": 1}', {"a": 1}),
+    ('{"a": [1, 2,], "b": "x",}', {"a": [1, 2], "b": "x"}),  # trailing commas
+    ('```json\n{"a": 1}\n```', {"a": 1}),  # code fence
+    ('Sure! Here is my verdict:\n```\n{"a": true}\n```\nLet me know.', {"a": True}),  # prose + fence
+    ("The answer is {'a': 2} as requested.", {"a": 2}),  # prose, single quotes
+    ("[1, 2, 3]", [1, 2, 3]),
+])
+def test_parse_json_repairs(raw, expected):
+    assert parse_json(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["", "no json here at all", "yes"])
+def test_parse_json_rejects_nothing_usable(raw):
+    with pytest.raises(ValueError, match="no JSON found"):
+        parse_json(raw)
+
+
+def test_parse_json_schema_picks_fitting_object_from_prose():
+    raw = 'Draft: {"note": 1}. Final: {"violations": []}'
+    assert parse_json(raw, VERDICT) == {"violations": []}
+
+
+def test_schema_problem():
+    assert schema_problem({"violations": []}, VERDICT) is None
+    assert "missing required key(s) 'violations'" in schema_problem({"v": 1}, VERDICT)
+    assert "expected a JSON object, got list" in schema_problem([1], VERDICT)
+    assert schema_problem(True, {"type": "integer"}) is not None  # a bool is not a number in JSON
+    assert schema_problem(3, {"type": ["string", "integer"]}) is None
+
+
+@pytest.mark.anyio
+async def test_chat_json_retries_garbage_then_succeeds():
+    model = ScriptedChatModel(["I cannot answer that.", 'ok: {"violations": ["p1",],}'])
+    assert await chat_json(model, MSGS, VERDICT, temperature=0) == {"violations": ["p1"]}
+    assert len(model.calls) == 2
+    first, second = model.calls
+    assert first == MSGS
+    # the retry shows the model its bad reply and asks again
+    assert second[:2] == [MSGS[0], Message("assistant", "I cannot answer that.")]
+    assert second[2].role == "user" and "no JSON found" in second[2].content
+    assert model.sampling == [{"temperature": 0}, {"temperature": 0}]  # no json_schema: unsupported
+
+
+@pytest.mark.anyio
+async def test_chat_json_retries_schema_failure():
+    model = ScriptedChatModel(['{"verdict": 1}', '{"violations": []}'])
+    assert await chat_json(model, MSGS, VERDICT) == {"violations": []}
+    assert "missing required key(s) 'violations'" in model.calls[1][-1].content
+
+
+@pytest.mark.anyio
+async def test_chat_json_raises_after_exhausting_retries():
+    model = ScriptedChatModel(["nope", "still nope", "[1, 2]", "never asked"])
+    with pytest.raises(ChatJSONError, match=r"after 3 attempt\(s\): expected a JSON object") as err:
+        await chat_json(model, MSGS, VERDICT, retries=3)
+    assert err.value.raw == "[1, 2]"
+    assert isinstance(err.value, EngineError)
+    assert len(model.calls) == 3
+    # retries never pile up: each retry is the original conversation + the last bad reply + a fix
+    assert [len(c) for c in model.calls] == [1, 3, 3]
+
+
+@pytest.mark.anyio
+async def test_chat_json_passes_schema_when_supported():
+    model = ScriptedChatModel(['{"violations": []}'], supports_json_schema=True)
+    await chat_json(model, MSGS, VERDICT, max_tokens=50)
+    assert model.sampling == [{"max_tokens": 50, "json_schema": VERDICT}]
+
+
+@pytest.mark.anyio
+async def test_chat_json_propagates_engine_errors():
+    model = ScriptedChatModel([EngineError("HTTP 401")])
+    with pytest.raises(EngineError, match="HTTP 401"):
+        await chat_json(model, MSGS)
+    assert len(model.calls) == 1
+
+
+@pytest.mark.anyio
+async def test_scripted_with_function_and_exhaustion():
+    async def reply(msgs):
+        return msgs[-1].content.upper()
+
+    fn = ScriptedChatModel(reply)
+    assert await fn.chat([{"role": "user", "content": "hi"}]) == "HI"
+    assert fn.calls == [[Message("user", "hi")]]
+    assert await ScriptedChatModel(lambda m: str(len(m))).chat(MSGS * 2) == "2"
+    listed = ScriptedChatModel(["one"])
+    assert await listed.chat(MSGS) == "one"
+    with pytest.raises(EngineError, match="no reply left for call 2"):
+        await listed.chat(MSGS)
+
+
+@pytest.mark.anyio
+async def test_limited_chat_model_caps_concurrency():
+    active = peak = 0
+
+    async def reply(msgs):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await anyio.sleep(0.02)
+        active -= 1
+        return "ok"
+
+    model = LimitedChatModel(ScriptedChatModel(reply), max_concurrency=3)
+    assert isinstance(model, ChatModel) and model.supports_json_schema is False
+    results = []
+
+    async def one():
+        results.append(await model.chat(MSGS))
+
+    t0 = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        for _ in range(9):
+            tg.start_soon(one)
+    assert results == ["ok"] * 9 and peak == 3
+    assert time.monotonic() - t0 >= 0.05  # three waves of 0.02 s
+
+
+def test_build_chat_model_engines(monkeypatch):
+    mod = types.ModuleType("fake_chat_script")
+    mod.REPLIES = ['{"x": 1}']
+    monkeypatch.setitem(sys.modules, "fake_chat_script", mod)
+    model = build_chat_model({"engine": "scripted", "path": "fake_chat_script:REPLIES"})
+    assert anyio.run(chat_json, model, MSGS) == {"x": 1}
+
+    oa = build_chat_model(ChatModelConfig(engine="openai", base_url="http://h:1/v1/", model="m",
+                                          temperature=0.3, max_tokens=10, api_key_env=None))
+    assert (oa.url, oa.model, oa.default_sampling) == ("http://h:1/v1/chat/completions", "m",
+                                                       {"temperature": 0.3, "max_tokens": 10})
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"engine": "claude"}, "chat model config: engine: unknown chat engine 'claude'; known: openai, hf, scripted"),
+    ({"engine": "openai", "model": "m"}, "chat model config: the openai engine needs both base_url and model"),
+    ({"engine": "hf"}, "chat model config: the hf engine needs path"),
+    ({"engine": "scripted", "path": "no_colon"}, "path must be 'module:attr'"),
+    ({"engine": "openai", "api_key": "sk-x"}, "chat model config: api_key: unknown key"),
+    ({"engine": "openai", "timeout": 0}, "chat model config: timeout: Input should be greater than 0"),
+])
+def test_build_chat_model_errors_are_one_line(cfg, message):
+    with pytest.raises(ValueError) as err:
+        build_chat_model(cfg)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_config_fields_are_documented():
+    assert set(ChatModelConfig.model_fields) == {
+        "engine", "model", "base_url", "api_key_env", "path", "timeout", "max_retries",
+        "max_concurrency", "temperature", "max_tokens"}
+    assert all(f.description for f in ChatModelConfig.model_fields.values())
+    assert ChatModelConfig().model_dump()["api_key_env"] == "OPENAI_API_KEY"

@@ -1,0 +1,37 @@
+"""A toy task for tests: reward is the share of vowels among a reply's letters."""
+
+from dynalize.backends.base import RewardModel
+from dynalize.tasks.base import Task, TaskArgs
+from dynalize.types import Message, Prompt
+
+TOPICS = ["sea", "forest", "city", "river", "moon", "rain", "music", "garden", "desert", "winter", "stars", "bread"]
+
+
+def vowel_share(text: str) -> float:
+    letters = [c for c in text.lower() if c.isalpha()]
+    return sum(c in "aeiou" for c in letters) / len(letters) if letters else 0.0
+
+
+class VowelRM(RewardModel):
+    async def score(self, items):
+        return [vowel_share(x if isinstance(x, str) else x[-1].content) for x in items]
+
+
+class ToyArgs(TaskArgs):
+    n_topics: int = 12
+    """How many topics to use."""
+
+
+class ToyTask(Task):
+    Args = ToyArgs
+    description = "Short texts about a topic."
+
+    def prompts(self, split):
+        topics = TOPICS[: self.args.n_topics] if split == "train" else TOPICS[-4:]
+        return [Prompt(f"{split}-{t}", [Message("user", f"Write about the {t}.")]) for t in topics]
+
+    def reward_model(self):
+        return VowelRM()
+
+    async def evaluate(self, prompts, replies):
+        return {"vowels": sum(map(vowel_share, replies)) / len(replies)}
