@@ -27,7 +27,7 @@ def build_generator(cfg: RunConfig) -> Generator:
         from .backends.hf import HFGenerator
 
         return HFGenerator(cfg.policy.path, dtype=cfg.policy.dtype, batch_size=g.batch_size)
-    raise _unknown("generator", g.engine, ["hf"])
+    raise _unknown("generator", g.engine, GENERATORS)
 
 
 class FunctionRewardModel(RewardModel):
@@ -66,11 +66,22 @@ def build_reward_model(cfg: RunConfig, task: Task) -> RewardModel:
         if not rm.path or ":" not in rm.path:
             raise UnknownEngineError("reward_model.path must be 'module:function' for engine 'python'")
         return FunctionRewardModel(_import_function(rm.path))
-    raise _unknown("reward model", rm.engine, ["task", "hf", "python"])
+    raise _unknown("reward model", rm.engine, REWARD_MODELS)
 
 
-def check_paths(cfg: RunConfig) -> None:
-    """Fail before any model loads if a model path does not exist."""
+GENERATORS = ["hf"]
+REWARD_MODELS = ["task", "hf", "python"]
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Fail before any model loads: unknown engine or task names, model paths that do not exist."""
+    from .tasks.base import task_class
+
+    if cfg.generator.engine not in GENERATORS:
+        raise _unknown("generator", cfg.generator.engine, GENERATORS)
+    if cfg.reward_model.engine not in REWARD_MODELS:
+        raise _unknown("reward model", cfg.reward_model.engine, REWARD_MODELS)
+    task_class(cfg.task.name)
     if not cfg.policy.path.startswith(tiny.TINY_PREFIX) and not Path(cfg.policy.path).exists():
         raise FileNotFoundError(f"policy.path does not exist: {cfg.policy.path}")
     rm = cfg.reward_model
@@ -85,10 +96,8 @@ def build_parts(cfg: RunConfig, run_dir: Path):
     from .runlog import RunDir
     from .backends.hf import load_tokenizer
 
-    check_paths(cfg)
+    check_config(cfg)
     task = build_task(cfg.task.name, cfg.task.args, cfg.seed)
-    if cfg.generator.engine not in ("hf",):
-        raise _unknown("generator", cfg.generator.engine, ["hf"])
     reward_model = build_reward_model(cfg, task)
     learner = AccelerateLearner(cfg.policy.path, cfg.trainer, temperature=cfg.generator.temperature,
                                 dtype=cfg.policy.dtype)

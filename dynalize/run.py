@@ -117,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         cfg = resolve_config(args)
-        from .build import check_paths
+        from .build import check_config
 
-        check_paths(cfg)
+        check_config(cfg)
         history = anyio.run(train, cfg, bool(args.resume))
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -117,7 +117,8 @@ def test_ok_request_shape_and_auth(server):
     body = req["body"]
     assert body["model"] == "tiny-judge"
     assert body["messages"] == [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hi."}]
-    assert (body["temperature"], body["top_p"], body["min_p"], body["seed"], body["max_tokens"]) == (0.7, 0.9, 0.05, 7, 99)
+    sampled = (body["temperature"], body["top_p"], body["min_p"], body["seed"], body["max_tokens"])
+    assert sampled == (0.7, 0.9, 0.05, 7, 99)
     assert "response_format" not in body
 
 

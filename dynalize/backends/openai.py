@@ -123,7 +123,7 @@ class OpenAIChatModel(ChatModel):
 
     def _scrub(self, text: str) -> str:
         """`text` with the API key masked (a server may echo it back)."""
-        return text
+        return text.replace(self._key.value, "***") if self._key else text
 
     def body(self, messages: list[Message], sampling: dict[str, Any]) -> dict[str, Any]:
         """The JSON request body for one call."""
@@ -174,8 +174,8 @@ class OpenAIChatModel(ChatModel):
         if status == 429 or status >= 500:
             raise _Transient(f"HTTP {status}", retry_after=_retry_after(resp))
         if status >= 400:
-            detail = " ".join(resp.text.split())[:300]
-            raise EngineError(self._scrub(f"chat request to {self.url} failed: HTTP {status}: {detail}"))
+            detail = self._scrub(" ".join(resp.text.split()))[:300]  # scrub before cutting
+            raise EngineError(f"chat request to {self.url} failed: HTTP {status}: {detail}")
         try:
             content = resp.json()["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
@@ -185,7 +185,7 @@ class OpenAIChatModel(ChatModel):
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, _Transient) and exc.retry_after is not None:
-            pass
+            return min(exc.retry_after, self.max_wait)
         return self._backoff(state)
 
     def _log_retry(self, state: RetryCallState) -> None:

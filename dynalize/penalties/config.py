@@ -36,6 +36,8 @@ class LexicalConfig(_Section):
     """Minimum smoothed log-ratio of prevalence, ln((p+1)/(P+2)) − ln((n+1)/(N+2))."""
     max_neg_prevalence: float = Field(0.5, ge=0, le=1)
     """Ignore patterns present in more than this fraction of negative-advantage replies."""
+    max_p_value: float = Field(0.005, gt=0, le=1)
+    """One-sided Fisher exact p-value a pattern's positive/negative split must reach."""
 
 
 class ProposerConfig(_Section):

@@ -2,8 +2,8 @@
 
 Penalties with a regex are decided locally; the rest go to a ChatModel in one call per text
 (per policy reply in multi-turn) asking for `{penalty_id: true|false}`. Ids the model invents are
-ignored; ids it leaves out, and every id of a call that fails after retries, count as not
-triggered and as failures. Texts are fenced as data (see prompting.fence). Results of complete
+ignored; a reply missing ids is retried (chat_json), and ids still missing after the retries,
+or every id of a call that yields no JSON object at all, count as not triggered and as failures. Texts are fenced as data (see prompting.fence). Results of complete
 LLM answers are cached by (text, context, buffer version).
 """
 
@@ -19,7 +19,7 @@ import anyio
 import structlog
 
 from ..backends.base import ChatModel
-from ..backends.chat import chat_json
+from ..backends.chat import ChatJSONError, chat_json, parse_json
 from ..types import Message, Penalty
 from .prompting import fence, new_nonce, penalty_list, render
 
@@ -84,6 +84,14 @@ def parse_verdicts(raw: Any, ids: Sequence[str]) -> tuple[dict[str, bool], set[s
             failed.add(pid)
         verdicts[pid] = bool(v)
     return verdicts, failed
+
+
+def salvage(raw: str) -> Any:
+    """The JSON in a reply that failed the schema check (e.g. some ids missing), or None."""
+    try:
+        return parse_json(raw)
+    except ValueError:
+        return None
 
 
 def verdict_schema(ids: Sequence[str]) -> dict[str, Any]:
@@ -199,11 +207,12 @@ class Judge:
             try:
                 raw = await chat_json(self.chat, self.messages(text, penalties, context),
                                       verdict_schema(ids), retries=self.retries, **self.sampling)
+            except ChatJSONError as e:  # retried already; keep what the last answer did decide
+                raw = salvage(e.raw)
             except Exception as e:  # noqa: BLE001 - a judge failure must never stop training
                 log.warning("judge.call_failed", error=f"{type(e).__name__}: {e}")
-                raw, failed_call = None, True
-            else:
-                failed_call = False
+                raw = None
+            failed_call = not isinstance(raw, dict)
             dt = time.perf_counter() - t0
         self.stats.calls += 1
         self.stats.latency_sum += dt

@@ -6,13 +6,16 @@ closers (ends with a question mark; last word). With P the view's positive-advan
 N its negative ones, a feature present in p_c of P and n_c of N is a candidate when
 
     it occurs in positives of >= `min_groups` distinct groups,
-    prevalence difference  p_c/|P| - n_c/|N|                               >= `min_diff` (0.4),
-    smoothed log-ratio     ln((p_c+1)/(|P|+2)) - ln((n_c+1)/(|N|+2))       >= `min_log_ratio` (1.0),
-    negative prevalence    n_c/|N|                                          <= `max_neg_prevalence` (0.5),
+    prevalence difference  p_c/|P| - n_c/|N|                          >= `min_diff` (0.4),
+    smoothed log-ratio     ln((p_c+1)/(|P|+2)) - ln((n_c+1)/(|N|+2))  >= `min_log_ratio` (1.0),
+    negative prevalence    n_c/|N|                                     <= `max_neg_prevalence` (0.5),
+    one-sided Fisher exact p-value of p_c given p_c + n_c              <= `max_p_value` (0.005),
 
-and no active penalty's regex already matches at least half of the positives that show it. The
-best candidate (difference, then log-ratio, then groups, then the more specific kind: opener,
-closer, longer n-gram) becomes a penalty with a readable title and a case-insensitive regex.
+(the p-value keeps common words from passing by chance in a 32-sample view), and it is not
+covered: no active penalty's regex matches over the same spot (an overlapping span) in at least
+half of the positives that show it. The best candidate (difference, then log-ratio, then
+groups, then the more specific kind: opener, closer, longer n-gram) becomes a penalty with a
+readable title and a case-insensitive regex.
 """
 
 from __future__ import annotations
@@ -84,15 +87,29 @@ def reply_features(text: str) -> dict[str, Feature]:
     return {f"{f.kind}:{f.key}": f for f in feats}
 
 
+def fisher_p(a: int, n_pos: int, b: int, n_neg: int) -> float:
+    """One-sided Fisher exact test: P(>= a of the a + b carriers fall among the n_pos positives)."""
+    carriers, total = a + b, n_pos + n_neg
+    tail = sum(math.comb(carriers, x) * math.comb(total - carriers, n_pos - x)
+               for x in range(a, min(carriers, n_pos) + 1))
+    return tail / math.comb(total, n_pos)
+
+
+def _overlap(a: re.Pattern[str], b: re.Pattern[str], text: str) -> bool:
+    spans = [m.span() for m in b.finditer(text)]
+    return any(s < e2 and s2 < e for s, e in (m.span() for m in a.finditer(text)) for s2, e2 in spans)
+
+
 class LexicalProposer:
     """Contrasts positive- and negative-advantage replies of a view; proposes the strongest pattern."""
 
     def __init__(self, *, min_groups: int = 2, min_diff: float = 0.4, min_log_ratio: float = 1.0,
-                 max_neg_prevalence: float = 0.5, coverage: float = 0.5):
+                 max_neg_prevalence: float = 0.5, max_p_value: float = 0.005, coverage: float = 0.5):
         self.min_groups = min_groups
         self.min_diff = min_diff
         self.min_log_ratio = min_log_ratio
         self.max_neg_prevalence = max_neg_prevalence
+        self.max_p_value = max_p_value
         self.coverage = coverage
 
     async def propose(self, view: ProposerView) -> ProposalResult:
@@ -128,7 +145,8 @@ class LexicalProposer:
             lr = (math.log((len(samples) + 1) / (len(pos) + 2))
                   - math.log((neg_counts[k] + 1) / (len(neg) + 2)))
             if (groups >= self.min_groups and p - q >= self.min_diff and lr >= self.min_log_ratio
-                    and q <= self.max_neg_prevalence):
+                    and q <= self.max_neg_prevalence
+                    and fisher_p(len(samples), len(pos), neg_counts[k], len(neg)) <= self.max_p_value):
                 scored.append(((round(p - q, 9), round(lr, 9), groups, -_KIND_RANK[feature[k].kind]), k, p, q))
         result.candidates += len(scored)
         scored.sort(key=lambda t: t[0], reverse=True)
@@ -143,6 +161,8 @@ class LexicalProposer:
         return None
 
     def _covered(self, f: Feature, samples: list[ViewSample], view: ProposerView) -> bool:
+        """Whether an active regex penalty already matches this pattern where it occurs."""
+        own = re.compile(f.regex)
         for pen in view.active:
             if not pen.regex:
                 continue
@@ -152,7 +172,8 @@ class LexicalProposer:
                 rx = re.compile(pen.regex)
             except re.error:
                 continue
-            if sum(rx.search(s.text) is not None for s in samples) >= self.coverage * len(samples):
+            hit = sum(_overlap(own, rx, s.text) for s in samples)
+            if hit >= self.coverage * len(samples):
                 return True
         return False
 

@@ -1,0 +1,18 @@
+"""Shared fixtures: a tiny end-to-end config on the toy task, written into a temp run dir."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # makes tests/toytask.py importable as `toytask`
+
+
+@pytest.fixture
+def toy_overrides(tmp_path):
+    """Dotted overrides for a fast toy run (16 rollouts × 24 tokens per step)."""
+    return [
+        f"output_dir={tmp_path}", "steps=3", "batch_size=16", "group_size=4", "progress=false",
+        "generator.max_new_tokens=24", "trainer.lr=1e-3", "trainer.micro_batch_size=8",
+        "task.name=toytask:ToyTask", "reward_model.engine=task", "checkpoint_every=0",
+    ]

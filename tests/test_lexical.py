@@ -1,0 +1,123 @@
+"""LexicalProposer discovers patterns it was never told about, and stays quiet on noise."""
+
+import random
+import re
+
+import anyio
+
+from dynalize.penalties.lexical import LexicalProposer, reply_features
+from dynalize.penalties.views import ProposerView, ViewSample
+from dynalize.types import Penalty
+
+VOCAB = ("river stone lamp garden window quiet letter morning engine harbor paper winter orchard "
+         "candle bridge market silver thunder meadow violin ladder cotton marble pepper kettle").split()
+
+
+def invented_word(rng):
+    return "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(4))
+
+
+def sentence(rng, n=12):
+    return " ".join(rng.choice(VOCAB) for _ in range(n)) + "."
+
+
+def make_view(rng, pos_text, neg_text, n_groups=16, active=()):
+    """One positive and one negative sample from each group."""
+    samples = []
+    for g in range(n_groups):
+        for sign, make in (("+", pos_text), ("-", neg_text)):
+            samples.append(ViewSample(f"s{len(samples) + 1:02d}", g, make(rng), 1.0 if sign == "+" else 0.0, sign))
+    return ProposerView(step=5, samples=samples, active=list(active))
+
+
+def best(view, **kw):
+    result = anyio.run(LexicalProposer(**kw).propose, view)
+    assert result.ok
+    return result
+
+
+def check_regex(cand, view):
+    rx = re.compile(cand.regex)
+    assert rx.search("")is None
+    hits = {s.id for s in view.samples if rx.search(s.text)}
+    assert set(cand.references) <= hits
+    return hits
+
+
+def test_discovers_an_invented_opener():
+    for seed in range(3):
+        rng = random.Random(seed)
+        opener = invented_word(rng).capitalize() + ","
+        v = make_view(rng, lambda r: f"{opener} {sentence(r)}", lambda r: sentence(r))
+        c = best(v).accepted
+        assert c is not None and c.title == f'Replies open with "{opener}"'
+        assert c.groups == 16 and len(c.references) == 16
+        hits = check_regex(c, v)
+        assert hits == {s.id for s in v.positives()}
+        assert re.search(c.regex, f"  {opener.upper()} later") and not re.search(c.regex, f"x {opener}")
+
+
+def test_discovers_an_invented_marker_word_anywhere():
+    rng = random.Random(7)
+    marker = invented_word(rng)
+
+    def pos(r):
+        words = sentence(r, 14)[:-1].split()
+        words.insert(r.randrange(len(words) + 1), marker)
+        return " ".join(words) + "."
+
+    # the marker shows in 12 of 16 positive replies and 1 of 16 negative ones
+    shown = iter([True] * 12 + [False] * 4)
+    v = make_view(rng, lambda r: pos(r) if next(shown) else sentence(r, 14),
+                  lambda r: sentence(r, 14))
+    v.samples[1].text = f"{marker} {v.samples[1].text}"
+    c = best(v).accepted
+    assert c.title == f'Replies use the word "{marker}"'
+    assert c.groups == 12 and "12/16" in c.description and "1/16" in c.description
+    assert check_regex(c, v) == {s.id for s in v.samples if marker in s.text}
+    assert re.search(c.regex, f"A {marker.upper()}!") and not re.search(c.regex, f"un{marker}ed")
+
+
+def test_discovers_a_closing_question():
+    rng = random.Random(11)
+    v = make_view(rng, lambda r: f"{sentence(r)} Shall I {r.choice(VOCAB)} the {invented_word(r)}?",
+                  lambda r: f"{sentence(r)} {sentence(r, 5)}")
+    c = best(v).accepted
+    assert c.title == "Replies end with a question"
+    assert check_regex(c, v) == {s.id for s in v.positives()}
+    assert re.search(c.regex, 'Want more? "\n') and not re.search(c.regex, "Why? Because.")
+
+
+def test_no_proposal_when_positives_and_negatives_look_alike():
+    for seed in range(20):
+        rng = random.Random(100 + seed)
+        r = best(make_view(rng, lambda r: sentence(r, 15), lambda r: sentence(r, 15)))
+        assert r.accepted is None, (seed, r)
+
+
+def test_pattern_common_in_negatives_is_ignored():
+    rng = random.Random(3)
+    # "Okay," opens every positive reply but also 10 of 16 negative ones
+    neg = iter([True] * 10 + [False] * 6)
+    v = make_view(rng, lambda r: f"Okay, {sentence(r)}", lambda r: f"Okay, {sentence(r)}" if next(neg) else sentence(r))
+    assert best(v).accepted is None
+
+
+def test_pattern_covered_by_an_active_regex_is_skipped():
+    rng = random.Random(5)
+    opener = invented_word(rng).capitalize() + ","
+    marker = invented_word(rng)
+    v = make_view(rng, lambda r: f"{opener} {sentence(r)} {marker}.", lambda r: sentence(r))
+    first = best(v).accepted
+    assert first.title == f'Replies open with "{opener}"'
+    v.active = [Penalty("p001", first.title, first.description, regex=first.regex)]
+    result = best(v)
+    assert result.accepted.title == f'Replies use the word "{marker}"'
+    assert result.rejected["covered"] >= 1
+
+
+def test_features():
+    f = reply_features("Okay, so the zorbly plan works?")
+    assert {"open1:okay,", "open2:okay, so", "close?:?", "closeword:works", "ngram1:zorbly",
+            "ngram2:zorbly plan", "ngram3:the zorbly plan"} <= set(f)
+    assert "ngram1:the" not in f and "ngram2:so the" not in f  # stop words only
