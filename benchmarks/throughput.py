@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="measured optimizer steps per framework")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps, run and discarded")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both")
+    ap.add_argument("--async-level", type=int, default=None,
+                    help="dynalize async_level (default: the config's, 1); 0 = on-policy like TRL")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
     if args.steps < 2 or args.warmup < 0:
@@ -255,10 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dynalize-bench-") as tmp:
         console.print(f"[dim]dynalize: {total} steps ({args.warmup} warm-up) …[/dim]")
         torch.manual_seed(0)
-        dyn = dynalize_result(run_dynalize(total, str(Path(tmp) / "dynalize")), args.warmup)
+        load_before = os.getloadavg()[0]
+        dyn = dynalize_result(run_dynalize(total, str(Path(tmp) / "dynalize"), args.async_level), args.warmup)
         console.print(f"[dim]TRL GRPOTrainer: {total} steps ({args.warmup} warm-up) …[/dim]")
         torch.manual_seed(0)
         trl = trl_result(run_trl(total, str(Path(tmp) / "trl")), args.warmup)
+        load_after = os.getloadavg()[0]
 
     rows = {"dynalize": summarize(dyn), "TRL GRPOTrainer": summarize(trl)}
     table = Table(title=f"RM-only GRPO throughput: tiny:policy, {PROMPTS_PER_STEP}×{GROUP} rollouts/step, "
@@ -271,13 +275,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['tokens_per_s']:.0f}", f"{r['mean_len']:.1f}")
     console.print(table)
 
+    async_level = 1 if args.async_level is None else args.async_level
     ratio = rows["dynalize"]["rollouts_per_s"] / rows["TRL GRPOTrainer"]["rollouts_per_s"]
     met = ratio >= TARGET
     console.print(f"dynalize / TRL rollouts/s = [bold]{ratio:.2f}×[/bold]  "
                   f"target ≥ {TARGET}×: {'[green]met[/green]' if met else '[red]not met[/red]'}")
     b = dyn["breakdown"]
     console.print("dynalize per step (s): " + ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in b.items())
-                  + "  (generate overlaps the previous step's train when async_level ≥ 1)")
+                  + ("  (async: generate of batch k+1 runs during train k; weight_sync queues behind it)"
+                     if async_level else ""))
     tb = trl["breakdown"]
     console.print("TRL per step (s): " + ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in tb.items())
                   + (f"; step-to-step incl. logging {trl['step_to_step_mean']:.3f}" if trl["step_to_step_mean"] else ""))
@@ -289,17 +295,22 @@ def main(argv: list[str] | None = None) -> int:
         "on-policy (no extra old-logprob pass); transformers generate, no vLLM on CPU.",
         f"Loss differs by design: TRL loss_type={eff['loss_type']!r} (beta=0, scale_rewards='none'), dynalize 'prime' "
         "(masked token-level IS); both normalise by the batch's completion tokens.",
-        "dynalize generates batch k+1 while training on batch k (async_level=1, one step off-policy); "
-        "TRL generates then trains, strictly in sequence.",
+        (f"dynalize async_level={async_level}: generates batch k+1 while training on batch k (one step "
+         "off-policy); TRL generates then trains, strictly in sequence." if async_level else
+         "dynalize async_level=0: on-policy, generate then train, like TRL."),
         f"Completion length: dynalize {dyn['mean_len']:.1f} (truncated {dyn['truncated_frac']:.0%}), "
         f"TRL {trl['mean_len']:.1f} (truncated {trl['truncated_frac']:.0%}); max {MAX_NEW_TOKENS}.",
     ]
+    if max(load_before, load_after) > 0.5 * args.threads + 0.5:
+        notes.append(f"machine busy: 1-min load average {load_before:.1f} before, {load_after:.1f} after, on "
+                     f"{os.cpu_count()} CPUs; timings are noisy, rerun on an idle machine.")
     for n in notes:
         console.print(f"[dim]note: {n}[/dim]")
 
     if args.json:
         out = {
             "settings": {"steps": args.steps, "warmup": args.warmup, "threads": args.threads,
+                         "dynalize_async_level": async_level, "load_avg": [load_before, load_after],
                          "prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP,
                          "max_new_tokens": MAX_NEW_TOKENS, "lr": LR, "micro_batch_size": MICRO_BATCH},
             "results": rows, "ratio_rollouts_per_s": ratio, "target": TARGET, "target_met": met,

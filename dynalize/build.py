@@ -98,9 +98,18 @@ def build_parts(cfg: RunConfig, run_dir: Path):
 
     check_config(cfg)
     task = build_task(cfg.task.name, cfg.task.args, cfg.seed)
+    n_train = len(task.prompts("train"))
+    if n_train < cfg.prompts_per_step:
+        raise ConfigError(f"config error: task {cfg.task.name!r} has {n_train} training prompts, fewer than "
+                          f"one batch ({cfg.prompts_per_step} = batch_size / group_size)")
     reward_model = build_reward_model(cfg, task)
     learner = AccelerateLearner(cfg.policy.path, cfg.trainer, temperature=cfg.generator.temperature,
                                 dtype=cfg.policy.dtype)
     generator = build_generator(cfg)
+    penalties = None
+    if cfg.penalties.enabled:
+        from .penalties.config import build_penalty_engine
+
+        penalties = build_penalty_engine(cfg.penalties, domain=task.description, run_dir=run_dir, seed=cfg.seed)
     return Parts(cfg=cfg, task=task, tokenizer=load_tokenizer(cfg.policy.path), generator=generator,
-                 reward_model=reward_model, learner=learner, run=RunDir(run_dir))
+                 reward_model=reward_model, learner=learner, run=RunDir(run_dir), penalties=penalties)

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .penalties.config import PenaltiesConfig
+
 
 class ConfigError(ValueError):
     """Bad config: the message is one readable line."""
@@ -89,20 +91,13 @@ class TaskConfig(Section):
     """The task's own settings, validated by the task."""
 
 
-class PenaltiesConfig(Section):
-    enabled: bool = False
-    """Dynalize on (evolving penalties) or off (the RM-only baseline)."""
-    lam: float = Field(0.5, ge=0)
-    """λ: reward = RM − λ · violations."""
-
-
 class RunConfig(Section):
     name: str = "default"
     """Run name: outputs go to `<output_dir>/<name>/`."""
     output_dir: str = "runs"
     """Parent folder of run directories."""
     seed: int = 0
-    """Seeds data order, sampling, and model init."""
+    """Seeds data order, sampling and the proposer's view (tiny models are built from seed 0)."""
     steps: int = Field(20, gt=0)
     """Training steps."""
     batch_size: int = Field(64, gt=0)
@@ -127,6 +122,7 @@ class RunConfig(Section):
     trainer: TrainerConfig = TrainerConfig()
     task: TaskConfig = TaskConfig()
     penalties: PenaltiesConfig = PenaltiesConfig()
+    """Dynalize's evolving penalties (off = the RM-only baseline)."""
 
     @model_validator(mode="after")
     def _batch_divides(self) -> "RunConfig":

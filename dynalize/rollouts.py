@@ -1,22 +1,102 @@
 """How a rollout unfolds: prompts → chat-template tokens → sampled replies → `Rollout`s.
 
-Single-turn: one policy reply per rollout. The token sequence the learner trains on is exactly
-the prompt's template tokens followed by the generated ids (never re-tokenised).
+Single-turn: one policy reply. Multi-turn (`task.max_turns > 1`): policy replies alternate with
+simulated-user messages (`task.user_reply`) until the user ends the conversation or the turn
+limit is reached. The learner trains on exactly the token ids the generator saw and produced:
+generated ids are kept as they are, and only the text *between* replies (end of the reply's
+message, the user's message, the next generation prompt) is tokenised, so the loss mask
+(1 on policy tokens, 0 on everything else) can never shift.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from .backends.base import Generator, SamplingParams
+import anyio
+
+from .backends.base import Completion, Generator, SamplingParams
 from .tasks.base import Task
 from .types import Message, Prompt, Rollout
 
 
+def render(tokenizer: Any, messages: list[Message], generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template([m.to_dict() for m in messages], add_generation_prompt=generation_prompt,
+                                         tokenize=False)
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def prompt_token_ids(tokenizer: Any, messages: list[Message]) -> list[int]:
     """The chat-template tokens of `messages`, ending with the assistant generation prompt."""
-    text = tokenizer.apply_chat_template([m.to_dict() for m in messages], add_generation_prompt=True, tokenize=False)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return encode(tokenizer, render(tokenizer, messages, generation_prompt=True))
+
+
+_REPLY = "\ue000reply\ue000"  # stands for the reply while rendering the template around it
+
+
+def between_turns_ids(tokenizer: Any, conversation: list[Message], user: str, stopped: bool) -> list[int]:
+    """Tokens from the end of a generated reply to the start of the next one: what the chat
+    template puts after the reply (minus the end-of-turn token if the generator produced it),
+    the user's message, and the next assistant generation prompt."""
+    reply = Message("assistant", _REPLY)
+    with_reply = render(tokenizer, [*conversation, reply], generation_prompt=False)
+    with_user = render(tokenizer, [*conversation, reply, Message("user", user)], generation_prompt=True)
+    if not with_user.startswith(with_reply):
+        raise ValueError("the chat template is not prefix-stable; multi-turn rollouts need one that is")
+    closing = with_reply[with_reply.rindex(_REPLY) + len(_REPLY):]
+    eos = tokenizer.eos_token or ""
+    if stopped and closing.startswith(eos):
+        closing = closing[len(eos):]
+    return encode(tokenizer, closing + with_user[len(with_reply):])
+
+
+@dataclass
+class _Episode:
+    """A rollout under construction."""
+
+    prompt: Prompt
+    group: int
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    turns: list[Message] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    truncated: bool = False
+    done: bool = False
+
+    @property
+    def conversation(self) -> list[Message]:
+        return [*self.prompt.messages, *self.turns]
+
+    def add_reply(self, task: Task, c: Completion) -> None:
+        self.completion_ids += c.token_ids
+        self.logprobs += c.logprobs
+        self.loss_mask += [1] * len(c.token_ids)
+        reasoning, reply = task.split_reasoning(c.text)
+        self.replies.append(reply)
+        if reasoning:
+            self.reasoning.append(reasoning)
+        self.turns.append(Message("assistant", reply))
+        self.truncated = c.finish_reason == "length"
+
+    def add_user(self, ids: list[int], user: str) -> None:
+        self.completion_ids += ids
+        self.logprobs += [0.0] * len(ids)
+        self.loss_mask += [0] * len(ids)
+        self.turns.append(Message("user", user))
+
+    def to_rollout(self, version: int) -> Rollout:
+        return Rollout(
+            prompt_id=self.prompt.id, group=self.group, prompt_ids=self.prompt_ids,
+            completion_ids=self.completion_ids, logprobs=self.logprobs, loss_mask=self.loss_mask,
+            replies=self.replies, reasoning=self.reasoning, policy_version=version, truncated=self.truncated,
+            messages=list(self.prompt.messages), turns=self.turns,
+        )
 
 
 async def sample_groups(
@@ -29,24 +109,43 @@ async def sample_groups(
 ) -> list[list[Rollout]]:
     """G rollouts for each prompt, all from the generator's current policy version."""
     version = generator.version
-    encoded = [prompt_token_ids(tokenizer, p.messages) for p in prompts]
-    requests = [ids for ids in encoded for _ in range(group_size)]
-    completions = await generator.generate(requests, sampling)
-    groups: list[list[Rollout]] = []
-    for g, (prompt, ids) in enumerate(zip(prompts, encoded)):
-        group = []
-        for c in completions[g * group_size : (g + 1) * group_size]:
-            reasoning, reply = task.split_reasoning(c.text)
-            group.append(Rollout(
-                prompt_id=prompt.id, group=g, prompt_ids=ids, completion_ids=c.token_ids,
-                logprobs=c.logprobs, loss_mask=[1] * len(c.token_ids), replies=[reply],
-                reasoning=[reasoning] if reasoning else [], policy_version=version,
-                truncated=c.finish_reason == "length", messages=list(prompt.messages),
-            ))
-        groups.append(group)
-    return groups
+    episodes = []
+    for g, prompt in enumerate(prompts):
+        ids = prompt_token_ids(tokenizer, prompt.messages)
+        episodes += [_Episode(prompt, g, ids) for _ in range(group_size)]
+    for turn in range(task.max_turns):
+        active = [e for e in episodes if not e.done]
+        if not active:
+            break
+        completions = await generator.generate([e.prompt_ids + e.completion_ids for e in active], sampling)
+        for e, c in zip(active, completions):
+            e.add_reply(task, c)
+        if turn + 1 < task.max_turns:
+            await _user_turns(task, tokenizer, active, [c.finish_reason == "stop" for c in completions])
+    return [[e.to_rollout(version) for e in episodes if e.group == g] for g in range(len(prompts))]
+
+
+async def _user_turns(task: Task, tokenizer: Any, episodes: list[_Episode], stopped: list[bool]) -> None:
+    """Ask the simulated user for each conversation's next message, concurrently."""
+
+    async def one(e: _Episode, stop: bool) -> None:
+        user = await task.user_reply(e.conversation)
+        if user is None:
+            e.done = True
+            return
+        e.add_user(between_turns_ids(tokenizer, e.conversation[:-1], user, stop), user)
+
+    async with anyio.create_task_group() as tg:
+        for e, stop in zip(episodes, stopped):
+            tg.start_soon(one, e, stop)
 
 
 def rm_inputs(task: Task, rollout: Rollout) -> list:
-    """What the RM reads for each policy reply of a rollout."""
-    return [task.rm_input(rollout.messages, reply) for reply in rollout.replies]
+    """What the RM reads for each policy reply: the conversation up to it, and the reply."""
+    out = []
+    conversation = list(rollout.messages)
+    for m in rollout.turns:
+        if m.role == "assistant":
+            out.append(task.rm_input(list(conversation), m.content))
+        conversation.append(m)
+    return out

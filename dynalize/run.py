@@ -84,7 +84,7 @@ async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
             parts.penalties.load_state_dict(state["penalties"])
         await parts.generator.update_weights(parts.learner.policy_state(), state["generator_version"])
         start, dropped = state["step"], state["dropped_total"]
-        parts.run.truncate_metrics(start)
+        parts.run.truncate(start)
         log.info("resuming", run=str(run_dir), step=start)
     dump_config(cfg, run_dir / "config.yaml")
     log.info("run", name=cfg.name, dir=str(run_dir), task=cfg.task.name, steps=cfg.steps,

@@ -66,11 +66,12 @@ class RunDir:
     def log_rollouts(self, step: int, rollouts: list[Rollout], name: str = "step") -> None:
         write_jsonl_atomic(self.rollouts_dir / f"{name}_{step:06d}.jsonl", [r.record(step) for r in rollouts])
 
-    def truncate_metrics(self, from_step: int) -> None:
-        """On resume: forget metric lines of steps ≥ from_step (they will be run again)."""
-        if self.metrics_path.exists():
-            keep = [r for r in read_jsonl(self.metrics_path) if r.get("step", -1) < from_step]
-            write_jsonl_atomic(self.metrics_path, keep)
+    def truncate(self, from_step: int) -> None:
+        """On resume: forget metric and penalty-event lines of steps ≥ from_step (they run again)."""
+        for path in (self.metrics_path, self.penalties_path):
+            if path.exists():
+                keep = [r for r in read_jsonl(path) if r.get("step", -1) < from_step]
+                write_jsonl_atomic(path, keep)
 
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoints_dir / f"step_{step:06d}"
@@ -87,12 +88,14 @@ def rollout_to_state(r: Rollout) -> dict[str, Any]:
         "completion_ids": r.completion_ids, "logprobs": r.logprobs, "loss_mask": r.loss_mask,
         "replies": r.replies, "reasoning": r.reasoning, "policy_version": r.policy_version,
         "truncated": r.truncated, "messages": [m.to_dict() for m in r.messages],
+        "turns": [m.to_dict() for m in r.turns],
     }
 
 
 def rollout_from_state(d: dict[str, Any]) -> Rollout:
     d = dict(d)
     d["messages"] = [Message(**m) for m in d["messages"]]
+    d["turns"] = [Message(**m) for m in d.get("turns", [])]
     return Rollout(**d)
 
 

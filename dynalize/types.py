@@ -58,6 +58,9 @@ class Rollout:
     policy_version: int
     truncated: bool = False
     messages: list[Message] = field(default_factory=list)
+    """The prompt's conversation."""
+    turns: list[Message] = field(default_factory=list)
+    """Everything after the prompt: policy replies (reasoning stripped) and simulated-user turns."""
     reasoning: list[str] = field(default_factory=list)
     rm_scores: list[float] = field(default_factory=list)
     rm_score: float = 0.0
@@ -80,6 +83,7 @@ class Rollout:
             "group": self.group,
             "policy_version": self.policy_version,
             "prompt": [m.to_dict() for m in self.messages],
+            "turns": [m.to_dict() for m in self.turns],
             "replies": self.replies,
             "reasoning": self.reasoning,
             "prompt_tokens": len(self.prompt_ids),

@@ -104,15 +104,15 @@ class HFGenerator(Generator):
 class HFRewardModel(RewardModel):
     """A sequence classifier with one output (`num_labels=1`), batched.
 
-    A string item is scored as raw text (no template); a conversation goes through the RM
-    tokenizer's chat template. Long inputs are truncated from the left, keeping the reply's end.
+    A string item is scored as raw text (no template), truncated from the right; a conversation
+    goes through the RM tokenizer's chat template, truncated from the left (the reply is kept).
     """
 
     def __init__(self, path: str, batch_size: int = 16, max_length: int = 2048, dtype: str = "float32",
                  device: str | None = None):
         resolved = tiny.resolve(path)
         self.device = device or default_device()
-        self.tokenizer = AutoTokenizer.from_pretrained(resolved, truncation_side="left")
+        self.tokenizer = AutoTokenizer.from_pretrained(resolved)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForSequenceClassification.from_pretrained(resolved, dtype=DTYPES[dtype])
@@ -122,24 +122,24 @@ class HFRewardModel(RewardModel):
         self.max_length = max_length
         self._lock = anyio.Lock()
 
-    def _render(self, item: RMInput) -> str:
+    def _encode(self, item: RMInput) -> list[int]:
         if isinstance(item, str):
-            return item
+            ids = self.tokenizer(item, add_special_tokens=True)["input_ids"]
+            return ids[: self.max_length]
         msgs = [m.to_dict() if isinstance(m, Message) else m for m in item]
-        return self.tokenizer.apply_chat_template(msgs, tokenize=False)
+        text = self.tokenizer.apply_chat_template(msgs, tokenize=False)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"][-self.max_length :]
 
     async def score(self, items: list[RMInput]) -> list[float]:
-        texts = [self._render(x) for x in items]
+        encoded = [self._encode(x) for x in items]
         async with self._lock:
-            return await anyio.to_thread.run_sync(self._score_texts, texts)
+            return await anyio.to_thread.run_sync(self._score_ids, encoded)
 
     @torch.no_grad()
-    def _score_texts(self, texts: list[str]) -> list[float]:
+    def _score_ids(self, encoded: list[list[int]]) -> list[float]:
         scores: list[float] = []
-        for i in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(
-                texts[i : i + self.batch_size], padding=True, truncation=True,
-                max_length=self.max_length, return_tensors="pt", add_special_tokens=True,
-            ).to(self.device)
+        for i in range(0, len(encoded), self.batch_size):
+            chunk = encoded[i : i + self.batch_size]
+            enc = self.tokenizer.pad({"input_ids": chunk}, padding=True, return_tensors="pt").to(self.device)
             scores.extend(self.model(**enc).logits[:, 0].float().tolist())
         return scores

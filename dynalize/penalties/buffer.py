@@ -113,13 +113,14 @@ class PenaltyBuffer:
         ids retired.
         """
         active = self.active()
+        if not active:
+            return []
         triggers = {p.id: int(trigger_counts.get(p.id, 0)) for p in active}
         prevalence = {pid: (t / n_judged if n_judged else 0.0) for pid, t in triggers.items()}
-        stats = {"step": step, "n_judged": n_judged, "triggers": triggers, "prevalence": prevalence}
-        self.step_stats.append(stats)
-        if active:
-            self._write({"step": step, "event": "stats", "n_judged": n_judged,
-                         "triggers": triggers, "prevalence": prevalence})
+        self.step_stats.append({"step": step, "n_judged": n_judged, "triggers": triggers,
+                                "prevalence": prevalence})
+        self._write({"step": step, "event": "stats", "n_judged": n_judged,
+                     "triggers": triggers, "prevalence": prevalence})
         retired = []
         for p in active:
             observed = judged.get(p.id, 0) if judged is not None else n_judged

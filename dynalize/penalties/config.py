@@ -36,7 +36,7 @@ class LexicalConfig(_Section):
     """Minimum smoothed log-ratio of prevalence, ln((p+1)/(P+2)) − ln((n+1)/(N+2))."""
     max_neg_prevalence: float = Field(0.5, ge=0, le=1)
     """Ignore patterns present in more than this fraction of negative-advantage replies."""
-    max_p_value: float = Field(0.005, gt=0, le=1)
+    max_p_value: float = Field(5e-4, gt=0, le=1)
     """One-sided Fisher exact p-value a pattern's positive/negative split must reach."""
 
 
@@ -105,8 +105,11 @@ class PenaltiesConfig(_Section):
     """Who judges rollouts against them."""
 
 
-def build_penalty_engine(cfg: PenaltiesConfig, chat_factory: Callable[[dict[str, Any]], ChatModel] = build_chat_model,
-                         domain: str = "", run_dir: str | Path | None = None, seed: int = 0) -> PenaltyEngine:
+ChatFactory = Callable[[dict[str, Any]], ChatModel]
+
+
+def build_penalty_engine(cfg: PenaltiesConfig, chat_factory: ChatFactory = build_chat_model, domain: str = "",
+                         run_dir: str | Path | None = None, seed: int = 0) -> PenaltyEngine:
     """The engine `cfg` describes; its buffer logs to `<run_dir>/penalties.jsonl` when run_dir is given.
 
     With the regex judge, an LLM proposer must give a regex (candidates without one are rejected).

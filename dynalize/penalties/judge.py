@@ -1,10 +1,11 @@
 """The judge: binary verdicts of every active penalty on a text, in one pass per text.
 
 Penalties with a regex are decided locally; the rest go to a ChatModel in one call per text
-(per policy reply in multi-turn) asking for `{penalty_id: true|false}`. Ids the model invents are
-ignored; a reply missing ids is retried (chat_json), and ids still missing after the retries,
-or every id of a call that yields no JSON object at all, count as not triggered and as failures. Texts are fenced as data (see prompting.fence). Results of complete
-LLM answers are cached by (text, context, buffer version).
+(per policy reply in multi-turn) asking for `{penalty_id: true|false}`. Ids the model invents
+are ignored; a reply missing ids is retried (chat_json), and ids still missing after the
+retries, or every id of a call that yields no JSON object at all, count as not triggered and as
+failures. Texts are fenced as data (see prompting.fence). Complete LLM answers are cached by
+(text, context, buffer version).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class JudgeStats:
     latency_max: float = 0.0
 
     def metrics(self, prefix: str = "judge/") -> dict[str, float]:
-        out = {f"{prefix}{f.name}": float(getattr(self, f.name)) for f in fields(self) if f.name != "latency_sum"}
+        out = {f"{prefix}{f.name}": float(getattr(self, f.name))
+               for f in fields(self) if f.name != "latency_sum"}
         out[f"{prefix}latency_mean"] = self.latency_sum / self.calls if self.calls else 0.0
         return out
 

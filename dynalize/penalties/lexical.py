@@ -9,13 +9,13 @@ N its negative ones, a feature present in p_c of P and n_c of N is a candidate w
     prevalence difference  p_c/|P| - n_c/|N|                          >= `min_diff` (0.4),
     smoothed log-ratio     ln((p_c+1)/(|P|+2)) - ln((n_c+1)/(|N|+2))  >= `min_log_ratio` (1.0),
     negative prevalence    n_c/|N|                                     <= `max_neg_prevalence` (0.5),
-    one-sided Fisher exact p-value of p_c given p_c + n_c              <= `max_p_value` (0.005),
+    one-sided Fisher exact p-value of p_c given p_c + n_c              <= `max_p_value` (5e-4),
 
 (the p-value keeps common words from passing by chance in a 32-sample view), and it is not
 covered: no active penalty's regex matches over the same spot (an overlapping span) in at least
 half of the positives that show it. The best candidate (difference, then log-ratio, then
-groups, then the more specific kind: opener, closer, longer n-gram) becomes a penalty with a
-readable title and a case-insensitive regex.
+groups, then the kind: opener (one word before two), closer, longer n-gram) becomes a penalty
+with a readable title and a case-insensitive regex.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ it its this that these those there here i you he she we they me him her us them 
 do does did not no yes can could will would should may might must have has had just very also than
 """.split())
 
-# Tie-break rank: more specific kinds first.
-_KIND_RANK = {"open2": 0, "open1": 1, "close?": 2, "closeword": 3, "ngram3": 4, "ngram2": 5, "ngram1": 6}
+# Tie-break rank: openers and closers first (the shorter opener: a tic is usually its first word),
+# then longer n-grams (the same evidence, said more precisely).
+_KIND_RANK = {"open1": 0, "open2": 1, "close?": 2, "closeword": 3, "ngram3": 4, "ngram2": 5, "ngram1": 6}
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class LexicalProposer:
     """Contrasts positive- and negative-advantage replies of a view; proposes the strongest pattern."""
 
     def __init__(self, *, min_groups: int = 2, min_diff: float = 0.4, min_log_ratio: float = 1.0,
-                 max_neg_prevalence: float = 0.5, max_p_value: float = 0.005, coverage: float = 0.5):
+                 max_neg_prevalence: float = 0.5, max_p_value: float = 5e-4, coverage: float = 0.5):
         self.min_groups = min_groups
         self.min_diff = min_diff
         self.min_log_ratio = min_log_ratio
@@ -147,7 +148,8 @@ class LexicalProposer:
             if (groups >= self.min_groups and p - q >= self.min_diff and lr >= self.min_log_ratio
                     and q <= self.max_neg_prevalence
                     and fisher_p(len(samples), len(pos), neg_counts[k], len(neg)) <= self.max_p_value):
-                scored.append(((round(p - q, 9), round(lr, 9), groups, -_KIND_RANK[feature[k].kind]), k, p, q))
+                rank = (round(p - q, 9), round(lr, 9), groups, -_KIND_RANK[feature[k].kind])
+                scored.append((rank, k, p, q))
         result.candidates += len(scored)
         scored.sort(key=lambda t: t[0], reverse=True)
         for rank, (key, k, p, q) in enumerate(scored):

@@ -133,7 +133,7 @@ class LLMProposer:
             if not title or not desc or not isinstance(refs, list):
                 result.reject("malformed")
                 continue
-            out.append(Candidate(title, desc, [str(r) for r in refs], str(regex) if regex is not None else None))
+            out.append(Candidate(title, desc, [str(r) for r in refs], None if regex is None else str(regex)))
         return out
 
     def _check(self, c: Candidate, view: ProposerView, result: ProposalResult) -> bool:
@@ -160,7 +160,8 @@ class LLMProposer:
             return False
         return True
 
-    async def _dedup(self, kept: list[Candidate], view: ProposerView, result: ProposalResult) -> list[Candidate]:
+    async def _dedup(self, kept: list[Candidate], view: ProposerView,
+                     result: ProposalResult) -> list[Candidate]:
         """The second LLM pass: drop duplicates of active penalties, mark repeats of retired ones."""
         known = view.active + view.retired
         if not kept or not known:
@@ -168,7 +169,8 @@ class LLMProposer:
         listing = "\n".join(f"- c{i + 1}: {c.title}. {c.description}" for i, c in enumerate(kept))
         msgs = [Message("system", render("dedup_system")),
                 Message("user", render("dedup_user", penalties=penalty_list(known), candidates=listing))]
-        raw = await chat_json(self.dedup_chat, msgs, DEDUP_SCHEMA, retries=self.retries, **self.dedup_sampling)
+        raw = await chat_json(self.dedup_chat, msgs, DEDUP_SCHEMA, retries=self.retries,
+                              **self.dedup_sampling)
         active = {p.id for p in view.active}
         retired = {p.id for p in view.retired}
         dropped: set[int] = set()

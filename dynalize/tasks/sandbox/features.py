@@ -37,7 +37,7 @@ class Feature(BaseModel):
     """RM bonus for one occurrence; `count` occurrences pay weight · log2(1 + count)."""
     threshold: int = Field(40, gt=0)
     """length: words a reply may have before extra length pays."""
-    per: int = Field(15, gt=0)
+    per: int = Field(10, gt=0)
     """length: extra words that count as one occurrence."""
     name: str | None = None
     """Short name for metrics (`feature/<name>`); derived from kind and pattern if unset."""
@@ -108,7 +108,7 @@ def default_features() -> list[Feature]:
         Feature(kind="opener", pattern="Okay,", weight=0.3),
         Feature(kind="word", pattern="galactic", weight=0.25),
         Feature(kind="closer", pattern="?", weight=0.3),
-        Feature(kind="length", threshold=40, per=15, weight=0.2),
+        Feature(kind="length", threshold=40, per=10, weight=0.3),
     ]
 
 
@@ -118,7 +118,7 @@ def alternative_features() -> list[Feature]:
         Feature(kind="opener", pattern="Honestly,", weight=0.3),
         Feature(kind="word", pattern="crimson", weight=0.25),
         Feature(kind="closer", pattern="!", weight=0.3),
-        Feature(kind="length", threshold=40, per=15, weight=0.2),
+        Feature(kind="length", threshold=40, per=10, weight=0.3),
     ]
 
 

@@ -12,6 +12,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def _batch(examples: list[tuple[list[int], int]], pad: int) -> dict[str, torch.T
 
 def build_sandbox_policy(out: Path, seed: int = 0, steps: int = 1200, batch_size: int = 32, lr: float = 3e-3,
                          vocab_size: int = 2048, threads: int | None = None, arch: dict[str, Any] | None = None,
-                         ) -> dict[str, float]:
+                         log: Callable[[str], None] | None = None) -> dict[str, float]:
     """Build and pre-train the sandbox policy into `out`; returns build stats (seconds, final loss)."""
     start = time.perf_counter()
     old_threads = torch.get_num_threads()
@@ -88,6 +89,8 @@ def build_sandbox_policy(out: Path, seed: int = 0, steps: int = 1200, batch_size
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            if log and (step + 1) % 100 == 0:
+                log(f"step {step + 1}/{steps} loss {loss.item():.3f} {time.perf_counter() - start:.0f}s")
         model.eval()
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -95,7 +98,7 @@ def build_sandbox_policy(out: Path, seed: int = 0, steps: int = 1200, batch_size
         tokenizer.save_pretrained(out)
     finally:
         torch.set_num_threads(old_threads)
-    return {"seconds": time.perf_counter() - start, "final_loss": float(loss)}
+    return {"seconds": time.perf_counter() - start, "final_loss": loss.item()}
 
 
 @torch.no_grad()

@@ -1,0 +1,212 @@
+"""Task data loaders: rows from JSONL, CSV, parquet, or a `datasets` folder (`save_to_disk`).
+
+Every problem is a `DataError` (a `ConfigError`, so `python -m dynalize.run` prints one line and
+exits 2) naming the file and, for a bad row, its place and the field:
+
+    rows = read_rows("data/train.jsonl", required=["prompt"])
+    rows[0].data["prompt"], rows[0].where        # "data/train.jsonl line 1"
+
+Places are 1-based file lines for JSONL and CSV (a CSV row's first line; the header is line 1)
+and 0-based row indices for parquet and `datasets` folders. The format follows the path: a
+directory is a `datasets` folder, otherwise the suffix decides (.jsonl/.ndjson, .csv, .parquet).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import Field
+
+from ..config import ConfigError
+from .base import TaskArgs
+
+T = TypeVar("T")
+
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+"""File suffix → format; a directory is read as a `datasets` folder."""
+
+
+class DataError(ConfigError):
+    """Bad or missing task data: the message is one line naming the file (and row, and field)."""
+
+
+@dataclass
+class Row:
+    """One record and where it came from (for error messages)."""
+
+    data: dict[str, Any]
+    where: str
+
+    def fail(self, problem: str) -> DataError:
+        """A DataError about this row."""
+        return DataError(f"data error: {self.where}: {problem}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _decode(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise DataError(f"data error: {path} is not UTF-8 text (line {line}, byte {e.start})") from None
+
+
+def _read_jsonl(path: Path) -> list[Row]:
+    rows = []
+    for i, line in enumerate(_decode(path, path.read_bytes()).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"data error: {path} line {i}: not valid JSON ({e.msg})") from None
+        if not isinstance(data, dict):
+            raise DataError(f"data error: {path} line {i}: expected a JSON object, got {type(data).__name__}")
+        rows.append(Row(data, f"{path} line {i}"))
+    return rows
+
+
+def _read_csv(path: Path) -> list[Row]:
+    reader = csv.reader(io.StringIO(_decode(path, path.read_bytes()), newline=""))
+    rows: list[Row] = []
+    header: list[str] | None = None
+    try:
+        while True:
+            start = reader.line_num + 1  # a record's first line (records may span lines)
+            values = next(reader, None)
+            if values is None:
+                return rows
+            if not values:
+                continue  # blank line
+            if header is None:
+                header = values
+                continue
+            if len(values) > len(header):
+                raise DataError(f"data error: {path} line {start}: more values than header columns")
+            rows.append(Row(dict(zip(header, values)), f"{path} line {start}"))
+    except csv.Error as e:
+        raise DataError(f"data error: {path} line {reader.line_num}: {_first_line(e)}") from None
+
+
+def _read_parquet(path: Path) -> list[Row]:
+    import pyarrow.parquet as pq
+
+    try:
+        records = pq.read_table(path).to_pylist()
+    except Exception as e:  # pyarrow raises several types for a bad file
+        raise DataError(f"data error: {path} is not a readable parquet file ({_first_line(e)})") from None
+    return [Row(r, f"{path} row {i}") for i, r in enumerate(records)]
+
+
+def _read_datasets(path: Path) -> list[Row]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as e:
+        raise DataError(f"data error: {path} is not a datasets folder saved with save_to_disk "
+                        f"({_first_line(e)})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        splits = ", ".join(ds)
+        raise DataError(f"data error: {path} holds several splits ({splits}): point at one split's subfolder")
+    return [Row(r, f"{path} row {i}") for i, r in enumerate(ds)]
+
+
+_READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet, "datasets": _read_datasets}
+
+
+def data_format(path: Path) -> str:
+    """`jsonl`, `csv`, `parquet` or `datasets` for `path`."""
+    if path.is_dir():
+        return "datasets"
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        known = ", ".join(FORMATS)
+        raise DataError(f"data error: {path}: unknown data format {path.suffix or '(no suffix)'!r}; use {known} "
+                        f"or a datasets folder")
+    return fmt
+
+
+def missing(value: Any) -> bool:
+    """A field counts as missing when absent, null, or an empty string."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
+    """All rows of a data file, each checked to have the `required` fields."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"data error: no such data file: {p}")
+    rows = _READERS[data_format(p)](p)
+    if not rows:
+        raise DataError(f"data error: {p} has no rows")
+    for row in rows:
+        for name in required:
+            if missing(row.data.get(name)):
+                raise row.fail(f"missing field {name!r}")
+    return rows
+
+
+def short_hash(text: str, n: int = 12) -> str:
+    """A stable id for a piece of text: the first `n` hex digits of its SHA-256."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def read_text_file(path: str | Path, what: str) -> str:
+    """A UTF-8 text file (e.g. a persona prompt), as a DataError when missing or undecodable."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"data error: no such {what} file: {p}")
+    return _decode(p, p.read_bytes())
+
+
+def held_out(n: int, fraction: float, seed: int) -> set[int]:
+    """Indices of a seeded held-out fraction of `n` items: at least one when fraction > 0,
+    never all of them."""
+    if fraction <= 0 or n == 0:
+        return set()
+    k = min(max(1, round(n * fraction)), n - 1)
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return set(order[:k])
+
+
+class DataArgs(TaskArgs):
+    """Where a file-based task reads its prompts, and how it splits off held-out ones."""
+
+    train_file: str
+    """Training data: a .jsonl, .csv or .parquet file, or a datasets folder (docs/data_formats.md)."""
+    eval_file: str | None = None
+    """Held-out data in the same format; when unset, `eval_fraction` of train_file is held out."""
+    eval_fraction: float = Field(0.05, ge=0, lt=1)
+    """Share of train_file's prompts held out for evaluation when there is no eval_file."""
+    split_seed: int = 0
+    """Seed of the held-out draw (independent of the run seed, so runs share a split)."""
+    max_train_prompts: int | None = Field(None, gt=0)
+    """Use only the first N training prompts (None = all)."""
+
+
+def load_splits(args: DataArgs, load: Callable[[str], list[T]]) -> dict[str, list[T]]:
+    """Train and eval items: `load` reads one file into items (prompts), in file order."""
+    items = load(args.train_file)
+    if args.eval_file:
+        train, evals = items, load(args.eval_file)
+    else:
+        held = held_out(len(items), args.eval_fraction, args.split_seed)
+        train = [x for i, x in enumerate(items) if i not in held]
+        evals = [x for i, x in enumerate(items) if i in held]
+    if args.max_train_prompts:
+        train = train[: args.max_train_prompts]
+    return {"train": train, "eval": evals}

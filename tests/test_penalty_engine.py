@@ -1,0 +1,217 @@
+"""PenaltyEngine: rewards and verdicts, retirement, background proposals, metrics, checkpoints."""
+
+import json
+import time
+
+import anyio
+import pytest
+
+from dynalize.backends.chat import ScriptedChatModel
+from dynalize.penalties.buffer import PenaltyBuffer
+from dynalize.penalties.candidate import Candidate, ProposalResult
+from dynalize.penalties.config import PenaltiesConfig, build_penalty_engine
+from dynalize.penalties.engine import PenaltyEngine
+from dynalize.penalties.judge import Judge, RegexJudge
+from dynalize.penalties.lexical import LexicalProposer
+from dynalize.types import Batch, Message, Rollout
+
+
+def rollout(group, replies, rm, adv=0.0, prompt="Write something."):
+    replies = [replies] if isinstance(replies, str) else replies
+    return Rollout(prompt_id=f"q{group}", group=group, prompt_ids=[1], completion_ids=[2], logprobs=[0.0],
+                   loss_mask=[1], replies=replies, policy_version=0, messages=[Message("user", prompt)],
+                   rm_score=rm, rm_advantage=adv)
+
+
+def hacked_batch(step=0, n_groups=8):
+    """Per group: two replies opening with "Zounds," (RM likes them) and two plain ones."""
+    groups = []
+    for g in range(n_groups):
+        groups.append([rollout(g, f"Zounds, reply {g} number {i} here.", 2.0, +0.5) for i in range(2)]
+                      + [rollout(g, f"Plain reply {g} number {i} there.", 1.0, -0.5) for i in range(2)])
+    return Batch(step=step, groups=groups)
+
+
+def candidate(title="Opens with Zounds", regex=r"(?i)\Azounds\b"):
+    return Candidate(title, "The reply opens with Zounds.", ["s01", "s03"], regex, groups=2)
+
+
+class FakeProposer:
+    """Waits for `release` (or `delay` seconds), then proposes `cand` (or raises `error`)."""
+
+    def __init__(self, cand=None, delay=0.0, error=None):
+        self.cand, self.delay, self.error = cand, delay, error
+        self.release = None
+        self.views, self.finished_at = [], None
+
+    async def propose(self, view):
+        self.views.append(view)
+        if self.release is not None:
+            await self.release.wait()
+        await anyio.sleep(self.delay)
+        self.finished_at = time.perf_counter()
+        if self.error:
+            raise self.error
+        return ProposalResult(step=view.step, accepted=self.cand, candidates=1)
+
+
+def test_score_fills_verdicts_violations_reward_and_retires():
+    buf = PenaltyBuffer()
+    buf.add(candidate(), step=0)
+    buf.add(Candidate("Says gadzooks", "d", ["s1", "s2"], r"(?i)\bgadzooks\b"), step=1)
+    eng = PenaltyEngine(FakeProposer(), RegexJudge(), buf, lam=0.5)
+    batch = hacked_batch(step=2)
+    anyio.run(eng.score, 2, batch)
+    r_hack, r_plain = batch.groups[0][0], batch.groups[0][2]
+    assert r_hack.verdicts == {"p001": True, "p002": False} and r_hack.violations == 1
+    assert r_hack.reward == pytest.approx(1.5) and r_plain.reward == pytest.approx(1.0)
+    assert [p.id for p in buf.active()] == ["p001"]  # p002 triggered nowhere: retired
+    m = eng.metrics()
+    assert m["penalty/p001/prevalence"] == 0.5 and m["penalty/p002/prevalence"] == 0.0
+    assert m["penalties/retires"] == 1 and m["penalties/active"] == 1
+    assert m["penalties/frac_violating"] == 0.5 and m["penalties/mean_violations"] == 0.5
+    assert m["judge/lexical"] == 64 and m["judge/calls"] == 0
+    assert eng.metrics()["penalties/retires"] == 0  # reset after reading
+
+
+def test_multi_turn_counts_distinct_penalties_over_replies():
+    def answer(msgs):
+        reply = msgs[1].content.split("<reply-", 1)[1]
+        return json.dumps({"p001": "great question" in reply.lower(), "p002": "?" in reply})
+
+    chat = ScriptedChatModel(answer)
+    buf = PenaltyBuffer()
+    buf.add(Candidate("Flatters", "Praises the question.", []), step=0)
+    buf.add(Candidate("Asks back", "Ends with a question.", []), step=1)
+    eng = PenaltyEngine(FakeProposer(), Judge(chat), buf, lam=0.5)
+    r = rollout(0, ["Great question! Here it is.", "Sure, more?", "Great question again?"], rm=3.0)
+    other = rollout(0, ["Fine.", "Done."], rm=1.0)
+    anyio.run(eng.score, 2, Batch(2, [[r, other]]))
+    assert len(chat.calls) == 5  # one call per policy reply
+    assert r.verdicts == {"p001": True, "p002": True} and r.violations == 2 and r.reward == pytest.approx(2.0)
+    assert other.violations == 0 and other.reward == 1.0
+    assert "Write something." in chat.calls[0][1].content  # the prompt goes along as context
+
+
+def test_proposal_lands_at_first_score_after_it_finishes():
+    async def main():
+        prop = FakeProposer(candidate())
+        prop.release = anyio.Event()
+        eng = PenaltyEngine(prop, RegexJudge(), PenaltyBuffer(), every=5)
+        async with anyio.create_task_group() as tg:
+            for step in range(13):
+                batch = hacked_batch(step)
+                await eng.score(step, batch)
+                eng.maybe_propose(step, batch, tg)
+                if step == 7:
+                    prop.release.set()
+                    with anyio.fail_after(5):
+                        while eng.in_flight:  # let the proposer finish before step 8 scores
+                            await anyio.sleep(0.001)
+                await anyio.sleep(0.001)
+        return eng, prop
+
+    eng, prop = anyio.run(main)
+    [p] = eng.buffer.all()
+    assert p.created_step == 8 and p.history[0]["proposed_at"] == 0
+    assert len(prop.views) == 2 and [v.step for v in prop.views] == [0, 10]  # step 5 was skipped
+    assert eng.totals["proposer/skipped_in_flight"] == 1 and eng.totals["proposer/started"] == 2
+    assert eng.totals["penalties/adds"] == 1
+
+
+def test_score_never_waits_for_a_slow_proposer():
+    async def main():
+        prop = FakeProposer(candidate(), delay=0.5)
+        eng = PenaltyEngine(prop, RegexJudge(), PenaltyBuffer(), every=100)
+        score_started, in_flight_steps = [], 0
+        async with anyio.create_task_group() as tg:
+            for step in range(40):
+                batch = hacked_batch(step)
+                score_started.append(time.perf_counter())
+                await eng.score(step, batch)
+                in_flight_steps += eng.in_flight
+                eng.maybe_propose(step, batch, tg)
+                await anyio.sleep(0.05)
+        return eng, prop, score_started, in_flight_steps
+
+    eng, prop, started, in_flight_steps = anyio.run(main)
+    landed = next(i for i, t in enumerate(started) if t > prop.finished_at)
+    assert eng.buffer.get("p001").created_step == landed
+    assert in_flight_steps >= 3 and landed >= 4  # training went on while the proposer slept
+
+
+def test_failing_proposer_is_counted_and_training_goes_on():
+    async def main():
+        eng = PenaltyEngine(FakeProposer(error=RuntimeError("proposer exploded")), RegexJudge(),
+                            PenaltyBuffer(), every=2)
+        metrics = []
+        async with anyio.create_task_group() as tg:
+            for step in range(6):
+                batch = hacked_batch(step)
+                await eng.score(step, batch)
+                eng.maybe_propose(step, batch, tg)
+                await anyio.sleep(0.01)
+                metrics.append(eng.metrics())
+        return eng, metrics
+
+    eng, metrics = anyio.run(main)
+    assert eng.totals["proposer/failed"] == 3 and eng.totals.get("proposer/accepted", 0) == 0
+    assert [m["proposer/failed"] for m in metrics] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert len(eng.buffer.all()) == 0 and not eng.in_flight
+
+
+def test_lexical_end_to_end_penalises_the_hack(tmp_path):
+    cfg = PenaltiesConfig(enabled=True, every=1, view_groups=8)
+    eng = build_penalty_engine(cfg, domain="toy", run_dir=tmp_path, seed=3)
+    assert isinstance(eng.proposer, LexicalProposer) and isinstance(eng.judge, RegexJudge)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            b0 = hacked_batch(0)
+            await eng.score(0, b0)
+            eng.maybe_propose(0, b0, tg)
+        b1 = hacked_batch(1)
+        await eng.score(1, b1)
+        return b1
+
+    b1 = anyio.run(main)
+    [p] = eng.buffer.active()
+    assert p.title == 'Replies open with "Zounds,"' and p.created_step == 1
+    assert b1.groups[3][0].violations == 1 and b1.groups[3][0].reward == pytest.approx(1.5)
+    assert b1.groups[3][3].violations == 0
+    events = [json.loads(x) for x in (tmp_path / "penalties.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["add", "stats"] and events[0]["proposed_at"] == 0
+
+
+def test_state_dict_round_trip_keeps_pending_proposal():
+    eng = PenaltyEngine(FakeProposer(), RegexJudge(), PenaltyBuffer(), every=1)
+    eng.buffer.add(candidate("Old", r"\bold\b"), step=0)
+    eng.pending = ProposalResult(step=4, accepted=candidate())
+    eng.totals["proposer/accepted"] = 2.0
+    state = json.loads(json.dumps(eng.state_dict()))
+    fresh = PenaltyEngine(FakeProposer(), RegexJudge(), PenaltyBuffer(), every=1)
+    fresh.load_state_dict(state)
+    assert fresh.buffer.to_json() == eng.buffer.to_json() and fresh.totals == {"proposer/accepted": 2.0}
+    batch = hacked_batch(5)
+    anyio.run(fresh.score, 5, batch)
+    assert fresh.buffer.get("p002").created_step == 5 and batch.groups[0][0].violations == 1
+
+
+def test_llm_config_builds_llm_parts():
+    made = []
+
+    def factory(cfg):
+        made.append(cfg)
+        return ScriptedChatModel([])
+
+    chat = {"engine": "scripted", "path": "tests.nowhere:replies"}
+    cfg = PenaltiesConfig.model_validate({"proposer": {"engine": "llm", "chat": chat},
+                                          "judge": {"engine": "llm", "chat": chat, "max_concurrency": 4}})
+    eng = build_penalty_engine(cfg, factory, domain="stories")
+    assert len(made) == 2 and eng.judge.max_concurrency == 4 and eng.proposer.require_regex is False
+    cfg = PenaltiesConfig.model_validate({"proposer": {"engine": "llm", "chat": chat}})
+    assert build_penalty_engine(cfg, factory).proposer.require_regex is True
+    with pytest.raises(ValueError, match="needs judge.chat"):
+        PenaltiesConfig.model_validate({"judge": {"engine": "llm"}})
+    with pytest.raises(ValueError):
+        PenaltiesConfig.model_validate({"lam": 0.5, "typo": 1})

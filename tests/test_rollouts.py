@@ -1,0 +1,82 @@
+"""Rollout mechanics: single- and multi-turn token sequences, loss masks, RM inputs."""
+
+import anyio
+import pytest
+
+from dynalize.backends.base import SamplingParams
+from dynalize.backends.hf import HFGenerator
+from dynalize.rollouts import prompt_token_ids, rm_inputs, sample_groups
+from dynalize.tasks.base import Task, TaskArgs
+from dynalize.types import Message, Prompt
+
+
+class ChatTask(Task):
+    """Multi-turn: the user answers twice, then (for odd prompts) ends after the first reply."""
+
+    max_turns = 3
+
+    def prompts(self, split):
+        return [Prompt(f"p{i}", [Message("system", "Be kind."), Message("user", f"Hello {i}")]) for i in range(2)]
+
+    async def user_reply(self, conversation):
+        replies = sum(m.role == "assistant" for m in conversation)
+        if conversation[1].content.endswith("1"):
+            return None
+        return f"user turn {replies}"
+
+
+@pytest.fixture(scope="module")
+def generator():
+    return HFGenerator("tiny:policy")
+
+
+def _turn_spans(mask):
+    spans, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        if not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+def test_multi_turn_mask_covers_exactly_the_policy_replies(generator):
+    task = ChatTask(TaskArgs())
+    tok = generator.tokenizer
+    groups = anyio.run(sample_groups, generator, tok, task, task.prompts("train"), 2,
+                       SamplingParams(max_new_tokens=12, seed=3))
+    long, short = groups[0][0], groups[1][0]
+    assert len(long.replies) == 3 and len(short.replies) == 1
+    assert [m.role for m in long.turns] == ["assistant", "user", "assistant", "user", "assistant"]
+    spans = _turn_spans(long.loss_mask)
+    assert len(spans) == 3
+    for (a, b), reply in zip(spans, long.replies):
+        assert tok.decode(long.completion_ids[a:b], skip_special_tokens=True) == reply
+    # every non-policy token has logprob 0; the user's words sit in unmasked tokens only
+    assert all(lp == 0.0 for lp, m in zip(long.logprobs, long.loss_mask) if not m)
+    between = tok.decode([t for t, m in zip(long.completion_ids, long.loss_mask) if not m])
+    assert "user turn 1" in between and "user turn 2" in between
+    # the whole sequence is what the chat template renders for the conversation (no shift)
+    full = tok.decode(long.prompt_ids + long.completion_ids)
+    rendered = tok.apply_chat_template([m.to_dict() for m in long.messages + long.turns], tokenize=False)
+    if not long.truncated:
+        assert rendered.startswith(full)
+    assert len(long.logprobs) == len(long.completion_ids) == len(long.loss_mask)
+
+
+def test_rm_inputs_give_each_reply_its_conversation_so_far(generator):
+    task = ChatTask(TaskArgs())
+    groups = anyio.run(sample_groups, generator, generator.tokenizer, task, task.prompts("train")[:1], 2,
+                       SamplingParams(max_new_tokens=6, seed=1))
+    r = groups[0][0]
+    inputs = rm_inputs(task, r)
+    assert len(inputs) == 3
+    assert [len(x) for x in inputs] == [3, 5, 7]  # system, user, reply; + user, reply; ...
+    assert inputs[1][-1].content == r.replies[1] and inputs[1][-2].content == "user turn 1"
+
+
+def test_single_turn_prompt_ids_follow_the_template(generator):
+    tok = generator.tokenizer
+    ids = prompt_token_ids(tok, [Message("user", "Write about the sea.")])
+    assert tok.decode(ids) == "<|im_start|>user\nWrite about the sea.<|im_end|>\n<|im_start|>assistant\n"
