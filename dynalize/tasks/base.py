@@ -67,6 +67,9 @@ class Task(abc.ABC):
 
 BUILTIN_TASKS = {
     "sandbox": "dynalize.tasks.sandbox:SandboxTask",
+    "creative_writing": "dynalize.tasks.creative_writing:CreativeWritingTask",
+    "counseling": "dynalize.tasks.counseling:CounselingTask",
+    "counseling_multiturn": "dynalize.tasks.counseling:CounselingMultiturnTask",
 }
 
 

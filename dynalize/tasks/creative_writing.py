@@ -1,0 +1,83 @@
+"""Creative writing: stories for LitBench-style writing prompts, scored on the raw story.
+
+Data (docs/data_formats.md): rows with a `prompt` field; LitBench's preference pairs repeat a
+prompt once per pair (`chosen_story`, `rejected_story`, upvotes, timestamps ride along unused), so
+prompts are deduplicated in first-seen order, each with a stable id from a hash of its text. The
+RM reads only the story (a `str`: no prompt, no chat template), as LitBench's verifier was trained.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from pydantic import field_validator
+
+from ..types import Message, Prompt
+from .base import Split, Task
+from .counseling import split_reasoning_tags
+from .data import DataArgs, load_splits, read_rows, short_hash
+
+
+class CreativeWritingArgs(DataArgs):
+    """Settings of the creative-writing task (`task.args`)."""
+
+    prompt_field: str = "prompt"
+    """The column holding the writing prompt."""
+    template: str = "Write a story based on this writing prompt.\n\n{prompt}"
+    """The user message; `{prompt}` is replaced by the writing prompt."""
+    system_prompt: str | None = None
+    """A system message before the user message (None = none)."""
+    reasoning_tags: tuple[str, str] | None = ("<think>", "</think>")
+    """Opening and closing delimiters of a reasoning block in replies (None = no reasoning)."""
+
+    @field_validator("template")
+    @classmethod
+    def _has_slot(cls, v: str) -> str:
+        if "{prompt}" not in v:
+            raise ValueError("template must contain {prompt}")
+        return v
+
+
+class CreativeWritingTask(Task):
+    """Write a story for a writing prompt."""
+
+    Args = CreativeWritingArgs
+    description = "Creative writing: the user gives a short writing prompt and the assistant writes a story for it."
+
+    def __init__(self, args: CreativeWritingArgs, seed: int = 0):
+        super().__init__(args, seed)
+        self.args: CreativeWritingArgs = args
+        self._prompts = load_splits(args, self.load)
+
+    def load(self, path: str) -> list[Prompt]:
+        """The unique writing prompts of one data file, in first-seen order."""
+        field = self.args.prompt_field
+        counts: dict[str, int] = {}
+        for row in read_rows(path, required=[field]):
+            text = str(row.data[field]).strip()
+            counts[text] = counts.get(text, 0) + 1
+        return [self.prompt(text, n) for text, n in counts.items()]
+
+    def prompt(self, text: str, pairs: int = 1) -> Prompt:
+        """The Prompt for one writing prompt (`pairs`: rows it appeared in)."""
+        messages = [Message("user", self.args.template.replace("{prompt}", text))]
+        if self.args.system_prompt:
+            messages.insert(0, Message("system", self.args.system_prompt))
+        return Prompt(f"cw-{short_hash(text)}", messages, meta={"writing_prompt": text, "pairs": pairs})
+
+    def prompts(self, split: Split) -> list[Prompt]:
+        return list(self._prompts[split])
+
+    def rm_input(self, conversation: list[Message], reply: str) -> str:
+        """The raw story alone."""
+        return reply
+
+    def split_reasoning(self, reply: str) -> tuple[str, str]:
+        return split_reasoning_tags(reply, self.args.reasoning_tags)
+
+    async def evaluate(self, prompts: list[Prompt], replies: list[str]) -> dict[str, float]:
+        """Mean story length in words and the share of empty stories (e.g. all reasoning)."""
+        if not replies:
+            return {}
+        return {"words": statistics.fmean(len(r.split()) for r in replies),
+                "empty_frac": statistics.fmean(not r.strip() for r in replies)}
