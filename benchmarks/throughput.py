@@ -1,13 +1,20 @@
 """Throughput: RM-only GRPO step time and rollouts/s, dynalize vs TRL's GRPOTrainer (issue 2, "Speed").
 
-    python benchmarks/throughput.py [--steps 10] [--warmup 2] [--threads N] [--json out.json]
+    python benchmarks/throughput.py [--steps 10] [--warmup 2] [--rounds 2] [--threads 1]
+                                    [--async-level N] [--json out.json]
 
-Both frameworks train the tiny policy (`tiny:policy`) in this one process, one after the other,
-on the same prompts (8 prompts × 8 samples = 64 rollouts per optimizer step), up to 64 new
+Both frameworks train the tiny policy (`tiny:policy`) in this one process, in turn (ABBA order
+over `--rounds`, so drifting machine load hits both alike), on the same prompts (8 prompts × 8 samples = 64 rollouts per optimizer step), up to 64 new
 tokens at temperature 1, the same Python reward (share of vowels in the reply), AdamW at the
 same lr, the same micro-batch (16) and the same torch thread count. Warm-up steps are discarded.
 The table prints step time (mean ± sd), rollouts/s, completion tokens/s and mean completion
 length per framework, then the dynalize/TRL rollouts/s ratio against the target (≥ 1.5×).
+
+Threads: the default is 1. With 2 intra-op threads on a small CPU box, the tiny model's
+millisecond-sized ops run in OpenMP teams that stall whenever another process holds a core, and
+the damage differs between the main thread (where TRL computes) and worker threads (where dynalize
+computes): measured here, the same small matmul ran ~5× slower in the main thread than in a worker
+thread under load. One thread per compute thread keeps both sides comparable.
 
 Nothing is downloaded: the tiny policy is built locally (dynalize.tiny).
 """
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -91,29 +99,22 @@ def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None)
     return anyio.run(train, cfg, False)
 
 
-def dynalize_result(history: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
-    measured = history[warmup:]
-    times = [h["time/step"] for h in measured]
-    rollouts = sum(PROMPTS_PER_STEP * GROUP - h["dropped"] for h in measured)
-    tokens = sum(h["tokens_per_s"] * h["time/step"] for h in measured)
-    lengths = [h["gen_len/mean"] for h in measured]
-    return {
-        "step_times": times,
-        "rollouts": rollouts,
-        "tokens": tokens,
-        "mean_len": statistics.fmean(lengths),
-        "truncated_frac": statistics.fmean(h["truncated_frac"] for h in measured),
-        "reward_mean": statistics.fmean(h["reward/mean"] for h in measured),
-        "breakdown": {k: statistics.fmean(h[k] for h in measured)
-                      for k in ("time/generate", "time/score", "time/train", "time/weight_sync")},
-    }
+def dynalize_steps(history: list[dict[str, Any]], warmup: int) -> list[dict[str, float]]:
+    """Per measured step: wall time, rollouts, completion tokens, truncated count and the loop's phases."""
+    out = []
+    for h in history[warmup:]:
+        n = PROMPTS_PER_STEP * GROUP - h["dropped"]
+        out.append({"time": h["time/step"], "rollouts": n, "tokens": h["gen_len/mean"] * n,
+                    "truncated": h["truncated_frac"] * n, "generate": h["time/generate"], "score": h["time/score"],
+                    "train": h["time/train"], "weight_sync": h["time/weight_sync"]})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
 # TRL
 
 
-def run_trl(total_steps: int, workdir: str, seed: int = 0) -> dict[str, Any]:
+def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0) -> tuple[list[dict[str, float]], dict]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -130,10 +131,13 @@ def run_trl(total_steps: int, workdir: str, seed: int = 0) -> dict[str, Any]:
     rows = [{"prompt": [{"role": "user", "content": prompt_text(TOPICS[i % len(TOPICS)])}]} for i in range(n_rows)]
     dataset = Dataset.from_list(rows)
 
-    lengths_per_gen: list[list[int]] = []
+    per_gen: list[tuple[int, int, int]] = []  # (completions, tokens, truncated) per generation = per step
+    eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
+        model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
 
     def vowel_reward(prompts, completions, completion_ids=None, **kwargs):
-        lengths_per_gen.append([len(ids) for ids in completion_ids])
+        per_gen.append((len(completion_ids), sum(map(len, completion_ids)),
+                        sum(1 for ids in completion_ids if not ids or ids[-1] not in eos)))
         return [vowel_share(c[-1]["content"] if isinstance(c, list) else c) for c in completions]
 
     args = GRPOConfig(
@@ -184,60 +188,56 @@ def run_trl(total_steps: int, workdir: str, seed: int = 0) -> dict[str, Any]:
 
     trainer._generate = timed_generate
     trainer.train()
-    return {"step_times": timer.step_times, "ends": timer.ends, "lengths": lengths_per_gen, "gen_times": gen_times,
-            "effective": {"generation_batch_size": args.generation_batch_size,
-                                         "steps_per_generation": args.steps_per_generation,
-                                         "loss_type": args.loss_type}}
-
-
-def trl_result(raw: dict[str, Any], warmup: int) -> dict[str, Any]:
-    times = raw["step_times"][warmup:]
-    lengths = [n for step in raw["lengths"][warmup:len(raw["step_times"])] for n in step]
-    ends = raw["ends"]
-    wall = [b - a for a, b in zip(ends[warmup:], ends[warmup + 1:])]  # end-to-end incl. logging, data loading
-    gen = raw["gen_times"][warmup:]
-    return {
-        "step_times": times,
-        "rollouts": len(lengths),
-        "tokens": sum(lengths),
-        "mean_len": statistics.fmean(lengths),
-        "truncated_frac": statistics.fmean(n >= MAX_NEW_TOKENS for n in lengths),
-        "step_to_step_mean": statistics.fmean(wall) if wall else None,
-        "breakdown": {"time/generate": statistics.fmean(gen) if gen else float("nan"),
-                      "time/rest(score+train)": statistics.fmean(times) - (statistics.fmean(gen) if gen else 0.0)},
-        "effective": raw["effective"],
-    }
+    steps = []
+    for i in range(warmup, len(timer.step_times)):
+        n, tokens, truncated = per_gen[i]
+        steps.append({"time": timer.step_times[i], "rollouts": n, "tokens": tokens, "truncated": truncated,
+                      "generate": gen_times[i], "rest": timer.step_times[i] - gen_times[i],
+                      "step_to_step": timer.ends[i] - timer.ends[i - 1] if i > 0 else float("nan")})
+    effective = {"generation_batch_size": args.generation_batch_size,
+                 "steps_per_generation": args.steps_per_generation, "loss_type": args.loss_type}
+    return steps, effective
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-def summarize(res: dict[str, Any]) -> dict[str, Any]:
-    times = res["step_times"]
-    total = sum(times)
+def summarize(steps: list[dict[str, float]]) -> dict[str, Any]:
+    times = [st["time"] for st in steps]
+    total, rollouts, tokens = sum(times), sum(st["rollouts"] for st in steps), sum(st["tokens"] for st in steps)
+    phases = [k for k in steps[0] if k not in ("time", "rollouts", "tokens", "truncated")]
     return {
+        "steps": len(steps),
         "step_mean": statistics.fmean(times),
         "step_sd": statistics.stdev(times) if len(times) > 1 else 0.0,
-        "rollouts_per_s": res["rollouts"] / total,
-        "tokens_per_s": res["tokens"] / total,
-        "mean_len": res["mean_len"],
+        "rollouts_per_s": rollouts / total,
+        "tokens_per_s": tokens / total,
+        "mean_len": tokens / rollouts,
+        "truncated_frac": sum(st["truncated"] for st in steps) / rollouts,
+        "phases": {k: statistics.fmean(v for st in steps if not math.isnan(v := st[k])) for k in phases
+                   if any(not math.isnan(st[k]) for st in steps)},
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=10, help="measured optimizer steps per framework")
-    ap.add_argument("--warmup", type=int, default=2, help="warm-up steps, run and discarded")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both")
+    ap.add_argument("--steps", type=int, default=10, help="measured optimizer steps per framework and round")
+    ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per run, run and discarded")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs per framework, in ABBA order (dynalize, TRL, TRL, dynalize, ...); steps are pooled")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (and OMP_NUM_THREADS) for both")
     ap.add_argument("--async-level", type=int, default=None,
-                    help="dynalize async_level (default: the config's, 1); 0 = on-policy like TRL")
+                    help="dynalize async_level (default: the config's, 1); 0 = on-policy, like TRL")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
-    if args.steps < 2 or args.warmup < 0:
-        ap.error("--steps must be ≥ 2 and --warmup ≥ 0")
+    if args.steps < 2 or args.warmup < 0 or args.rounds < 1 or args.threads < 1:
+        ap.error("need --steps >= 2, --warmup >= 0, --rounds >= 1, --threads >= 1")
 
+    # Before torch is imported: the thread count, and no network (nothing here downloads anything).
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     import logging
     import warnings
 
@@ -253,21 +253,31 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("trl").setLevel(logging.ERROR)
     console = Console()
     total = args.warmup + args.steps
+    async_level = 1 if args.async_level is None else args.async_level
 
+    steps: dict[str, list[dict[str, float]]] = {"dynalize": [], "TRL GRPOTrainer": []}
+    effective: dict[str, Any] = {}
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="dynalize-bench-") as tmp:
-        console.print(f"[dim]dynalize: {total} steps ({args.warmup} warm-up) …[/dim]")
-        torch.manual_seed(0)
-        load_before = os.getloadavg()[0]
-        dyn = dynalize_result(run_dynalize(total, str(Path(tmp) / "dynalize"), args.async_level), args.warmup)
-        console.print(f"[dim]TRL GRPOTrainer: {total} steps ({args.warmup} warm-up) …[/dim]")
-        torch.manual_seed(0)
-        trl = trl_result(run_trl(total, str(Path(tmp) / "trl")), args.warmup)
-        load_after = os.getloadavg()[0]
+        for r in range(args.rounds):
+            order = ["dynalize", "TRL GRPOTrainer"] if r % 2 == 0 else ["TRL GRPOTrainer", "dynalize"]
+            for name in order:
+                console.print(f"[dim]round {r + 1}/{args.rounds}: {name}, {total} steps ({args.warmup} warm-up) …[/dim]")
+                torch.manual_seed(0)
+                work = str(Path(tmp) / f"{r}-{name.split()[0]}")
+                if name == "dynalize":
+                    steps[name] += dynalize_steps(run_dynalize(total, work, args.async_level), args.warmup)
+                else:
+                    trl_steps, effective = run_trl(total, args.warmup, work)
+                    steps[name] += trl_steps
+                loads.append(os.getloadavg()[0])
 
-    rows = {"dynalize": summarize(dyn), "TRL GRPOTrainer": summarize(trl)}
+    rows = {name: summarize(st) for name, st in steps.items()}
+    n_measured = args.steps * args.rounds
     table = Table(title=f"RM-only GRPO throughput: tiny:policy, {PROMPTS_PER_STEP}×{GROUP} rollouts/step, "
-                        f"≤{MAX_NEW_TOKENS} new tokens, {args.steps} steps after {args.warmup} warm-up, "
-                        f"{args.threads} torch threads")
+                        f"≤{MAX_NEW_TOKENS} new tokens, temperature 1, {n_measured} measured steps each "
+                        f"({args.rounds} round(s) × {args.steps}, {args.warmup} warm-up discarded per run), "
+                        f"{args.threads} torch thread(s)")
     for col in ("framework", "step time (s)", "rollouts/s", "tokens/s", "mean completion len"):
         table.add_column(col, justify="left" if col == "framework" else "right")
     for name, r in rows.items():
@@ -275,48 +285,47 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['tokens_per_s']:.0f}", f"{r['mean_len']:.1f}")
     console.print(table)
 
-    async_level = 1 if args.async_level is None else args.async_level
-    ratio = rows["dynalize"]["rollouts_per_s"] / rows["TRL GRPOTrainer"]["rollouts_per_s"]
+    dyn, trl = rows["dynalize"], rows["TRL GRPOTrainer"]
+    ratio = dyn["rollouts_per_s"] / trl["rollouts_per_s"]
     met = ratio >= TARGET
     console.print(f"dynalize / TRL rollouts/s = [bold]{ratio:.2f}×[/bold]  "
                   f"target ≥ {TARGET}×: {'[green]met[/green]' if met else '[red]not met[/red]'}")
-    b = dyn["breakdown"]
-    console.print("dynalize per step (s): " + ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in b.items())
-                  + ("  (async: generate of batch k+1 runs during train k; weight_sync queues behind it)"
+    console.print("dynalize phases, mean s/step: " + ", ".join(f"{k} {v:.3f}" for k, v in dyn["phases"].items())
+                  + ("  (generate of batch k+1 overlaps train k; weight_sync queues behind that generation)"
                      if async_level else ""))
-    tb = trl["breakdown"]
-    console.print("TRL per step (s): " + ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in tb.items())
-                  + (f"; step-to-step incl. logging {trl['step_to_step_mean']:.3f}" if trl["step_to_step_mean"] else ""))
-    eff = trl["effective"]
+    console.print("TRL phases, mean s/step: " + ", ".join(f"{k} {v:.3f}" for k, v in trl["phases"].items())
+                  + "  (rest = reward + loss forward/backward + optimizer; step_to_step adds logging, data)")
     notes = [
         f"TRL: per_device_train_batch_size={MICRO_BATCH} × gradient_accumulation_steps="
-        f"{PROMPTS_PER_STEP * GROUP // MICRO_BATCH} → generation_batch_size={eff['generation_batch_size']}, "
-        f"steps_per_generation={eff['steps_per_generation']}: one 64-completion generation per optimizer step, "
-        "on-policy (no extra old-logprob pass); transformers generate, no vLLM on CPU.",
-        f"Loss differs by design: TRL loss_type={eff['loss_type']!r} (beta=0, scale_rewards='none'), dynalize 'prime' "
-        "(masked token-level IS); both normalise by the batch's completion tokens.",
-        (f"dynalize async_level={async_level}: generates batch k+1 while training on batch k (one step "
-         "off-policy); TRL generates then trains, strictly in sequence." if async_level else
-         "dynalize async_level=0: on-policy, generate then train, like TRL."),
-        f"Completion length: dynalize {dyn['mean_len']:.1f} (truncated {dyn['truncated_frac']:.0%}), "
-        f"TRL {trl['mean_len']:.1f} (truncated {trl['truncated_frac']:.0%}); max {MAX_NEW_TOKENS}.",
+        f"{PROMPTS_PER_STEP * GROUP // MICRO_BATCH} → generation_batch_size={effective['generation_batch_size']}, "
+        f"steps_per_generation={effective['steps_per_generation']}: one 64-completion generate per optimizer step, "
+        "on-policy, no extra old-logprob pass; transformers generate (vLLM needs a GPU).",
+        f"Losses differ by design: TRL loss_type={effective['loss_type']!r} (beta=0, scale_rewards='none'), "
+        "dynalize 'prime'; both normalise by the batch's completion tokens; micro-batch 16 on both.",
+        (f"dynalize async_level={async_level}: batch k+1 is generated while batch k trains (one step off-policy, "
+         f"two busy threads, up to {2 * args.threads} cores); TRL generates then trains in sequence "
+         f"({args.threads} core(s))." if async_level else
+         "dynalize async_level=0: on-policy, generate then train in sequence, like TRL."),
+        f"Completion length: dynalize {dyn['mean_len']:.1f} (hit the cap {dyn['truncated_frac']:.0%}), "
+        f"TRL {trl['mean_len']:.1f} (hit the cap {trl['truncated_frac']:.0%}); cap {MAX_NEW_TOKENS}, "
+        "tokens/s counts completion tokens only.",
     ]
-    if max(load_before, load_after) > 0.5 * args.threads + 0.5:
-        notes.append(f"machine busy: 1-min load average {load_before:.1f} before, {load_after:.1f} after, on "
-                     f"{os.cpu_count()} CPUs; timings are noisy, rerun on an idle machine.")
+    if max(loads) > 0.75 * (os.cpu_count() or 1):
+        notes.append(f"machine busy: 1-min load average {min(loads):.1f}–{max(loads):.1f} on {os.cpu_count()} CPUs "
+                     "during the runs; timings are noisy, rerun on an idle machine.")
     for n in notes:
         console.print(f"[dim]note: {n}[/dim]")
 
     if args.json:
         out = {
-            "settings": {"steps": args.steps, "warmup": args.warmup, "threads": args.threads,
-                         "dynalize_async_level": async_level, "load_avg": [load_before, load_after],
-                         "prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP,
-                         "max_new_tokens": MAX_NEW_TOKENS, "lr": LR, "micro_batch_size": MICRO_BATCH},
+            "settings": {"steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "threads": args.threads,
+                         "dynalize_async_level": async_level, "prompts_per_step": PROMPTS_PER_STEP,
+                         "group_size": GROUP, "max_new_tokens": MAX_NEW_TOKENS, "lr": LR,
+                         "micro_batch_size": MICRO_BATCH, "trl_effective": effective},
             "results": rows, "ratio_rollouts_per_s": ratio, "target": TARGET, "target_met": met,
-            "dynalize": {k: v for k, v in dyn.items()}, "trl": {k: v for k, v in trl.items()}, "notes": notes,
+            "load_avg": loads, "per_step": steps, "notes": notes,
         }
-        Path(args.json).write_text(json.dumps(out, indent=2, default=float), encoding="utf-8")
+        Path(args.json).write_text(json.dumps(out, indent=2), encoding="utf-8")
         console.print(f"[dim]wrote {args.json}[/dim]")
     return 0
 

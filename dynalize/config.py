@@ -116,6 +116,8 @@ class RunConfig(Section):
     """Replies sampled per held-out prompt at each evaluation."""
     progress: bool = True
     """Show a live progress bar."""
+    torch_threads: int = Field(0, ge=0)
+    """CPU threads per torch call (0 = auto: half the cores, since generation and training overlap)."""
     policy: PolicyConfig = PolicyConfig()
     generator: GeneratorConfig = GeneratorConfig()
     reward_model: RewardModelConfig = RewardModelConfig()

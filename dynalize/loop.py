@@ -224,13 +224,18 @@ class Trainer:
         n = self.p.cfg.eval_samples
         groups = await sample_groups(self.p.generator, self.p.tokenizer, self.p.task, self.eval_prompts, n,
                                      self.sampling("eval"))
-        replies = [r.replies[-1] for g in groups for r in g]
+        rollouts = [r for g in groups for r in g]
+        replies = [r.replies[-1] for r in rollouts]
         prompts = [pr for pr in self.eval_prompts for _ in range(n)]
         metrics = await self.p.task.evaluate(prompts, replies)
-        rm = await self.p.reward_model.score([self.p.task.rm_input(pr.messages, x) for pr, x in zip(prompts, replies)])
-        metrics = {**metrics, "rm": statistics.fmean(rm)}
+        inputs = [(i, x) for i, r in enumerate(rollouts) for x in rm_inputs(self.p.task, r)]
+        scores = await self.p.reward_model.score([x for _, x in inputs])
+        per_rollout: dict[int, list[float]] = {}
+        for (i, _), s in zip(inputs, scores):
+            per_rollout.setdefault(i, []).append(s)
+        metrics = {**metrics, "rm": statistics.fmean(statistics.fmean(v) for v in per_rollout.values())}
         append_jsonl(self.p.run.root / "eval" / "task.jsonl", {"version": version, **metrics})
-        self.p.run.log_rollouts(version, [r for g in groups for r in g], name="eval")
+        self.p.run.log_rollouts(version, rollouts, name="eval")
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     async def run(self) -> list[dict[str, Any]]:

@@ -79,10 +79,9 @@ class _Episode:
         self.loss_mask += [1] * len(c.token_ids)
         reasoning, reply = task.split_reasoning(c.text)
         self.replies.append(reply)
-        if reasoning:
-            self.reasoning.append(reasoning)
+        self.reasoning.append(reasoning)  # aligned with replies ("" where there was none)
         self.turns.append(Message("assistant", reply))
-        self.truncated = c.finish_reason == "length"
+        self.truncated |= c.finish_reason == "length"
 
     def add_user(self, ids: list[int], user: str) -> None:
         self.completion_ids += ids
@@ -94,7 +93,8 @@ class _Episode:
         return Rollout(
             prompt_id=self.prompt.id, group=self.group, prompt_ids=self.prompt_ids,
             completion_ids=self.completion_ids, logprobs=self.logprobs, loss_mask=self.loss_mask,
-            replies=self.replies, reasoning=self.reasoning, policy_version=version, truncated=self.truncated,
+            replies=self.replies, reasoning=self.reasoning if any(self.reasoning) else [],
+            policy_version=version, truncated=self.truncated,
             messages=list(self.prompt.messages), turns=self.turns,
         )
 

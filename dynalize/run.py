@@ -38,8 +38,17 @@ def setup_logging(level: str = "INFO") -> None:
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="%H:%M:%S"),
                     structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),  # the stderr of the moment
     )
+
+
+def set_torch_threads(cfg: RunConfig) -> None:
+    """Generation and training run in two threads at once: on a CPU, two torch calls that each
+    take every core oversubscribe it (OpenMP spin-waits) and can be many times slower."""
+    import torch
+
+    if not torch.cuda.is_available():
+        torch.set_num_threads(cfg.torch_threads or max(1, (os.cpu_count() or 2) // 2))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,12 +76,22 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     return load_config(args.config or DEFAULT_CONFIG, args.overrides)
 
 
+def follow(cfg: RunConfig) -> None:
+    """Ranks > 0 under `accelerate launch`: hold a shard of the learner and follow rank 0."""
+    from .backends.accelerate import AccelerateLearner
+
+    set_torch_threads(cfg)
+    AccelerateLearner(cfg.policy.path, cfg.trainer, temperature=cfg.generator.temperature,
+                      dtype=cfg.policy.dtype).serve()
+
+
 async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
     from .build import build_parts
     from .loop import Trainer
 
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
+    set_torch_threads(cfg)
     parts = build_parts(cfg, run_dir)
     start, inflight, dropped = 0, {}, 0
     if resume:
@@ -89,7 +108,10 @@ async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
     dump_config(cfg, run_dir / "config.yaml")
     log.info("run", name=cfg.name, dir=str(run_dir), task=cfg.task.name, steps=cfg.steps,
              penalties=cfg.penalties.enabled)
-    return await Trainer(parts, start, inflight, dropped).run()
+    try:
+        return await Trainer(parts, start, inflight, dropped).run()
+    finally:
+        parts.learner.stop_followers()
 
 
 def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
@@ -120,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         from .build import check_config
 
         check_config(cfg)
+        from accelerate import PartialState
+
+        if not PartialState().is_main_process:
+            follow(cfg)
+            return 0
         history = anyio.run(train, cfg, bool(args.resume))
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,5 +1,10 @@
 """The Learner on Accelerate: AdamW, micro-batching, grad clipping, DDP/FSDP/DeepSpeed via
 `accelerate launch`. It knows tokens, masks, advantages and logprobs, nothing of where they came from.
+
+Under `accelerate launch` with several processes only rank 0 runs the orchestrator. It calls this
+learner as usual; each call is broadcast to the other ranks, which wait in `serve()`. Each rank
+trains on its shard of the global batch; the loss is normalised by the global token count, so one
+step equals the one-process step on the same batch (up to float summation order).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .. import grpo, tiny
@@ -70,9 +76,58 @@ class AccelerateLearner(Learner):
         local = torch.tensor(float(sum(sum(s.loss_mask) for s in batch)), device=self.accelerator.device)
         return self.accelerator.reduce(local, reduction="sum")
 
+    # --- multi-process: rank 0 leads, the others follow in serve() ---------------------------------
+
+    @property
+    def distributed(self) -> bool:
+        return self.accelerator.num_processes > 1
+
+    def _lead(self, command: str, arg: Any = None) -> None:
+        """Rank 0: tell the other ranks what to do next."""
+        if self.distributed:
+            broadcast_object_list([(command, arg)], from_process=0)
+
+    def serve(self) -> None:
+        """Ranks > 0: follow rank 0's calls until it says stop."""
+        actions = {"train": self._train_shard, "save": self._save, "load": self._load, "state": self._state}
+        while True:
+            message = [None]
+            broadcast_object_list(message, from_process=0)
+            command, arg = message[0]
+            if command == "stop":
+                return
+            actions[command](arg)
+
+    def stop_followers(self) -> None:
+        self._lead("stop")
+
+    # --- the Learner interface ----------------------------------------------------------------------
+
     def train_step(self, batch: list[TrainSequence]) -> dict[str, float]:
-        """One optimizer step; the loss is normalised by the policy tokens of the global batch."""
+        """One optimizer step on the global batch."""
+        self._lead("train", batch)
+        return self._train_shard(batch)
+
+    def policy_state(self) -> dict[str, Any]:
+        self._lead("state")
+        return self._state()
+
+    def save(self, directory: str) -> None:
+        self._lead("save", directory)
+        self._save(directory)
+
+    def load(self, directory: str) -> None:
+        self._lead("load", directory)
+        self._load(directory)
+
+    # --- what every rank runs -----------------------------------------------------------------------
+
+    def _train_shard(self, batch: list[TrainSequence]) -> dict[str, float]:
+        """This rank's share of one step; the loss is normalised by the global batch's policy tokens."""
         acc = self.accelerator
+        batch = batch[acc.process_index :: acc.num_processes]
+        if not batch:
+            raise ValueError(f"a batch of fewer sequences than the {acc.num_processes} training processes")
         num_tokens = self._global_tokens(batch).clamp(min=1)
         size = self.cfg.micro_batch_size
         micro = [batch[i : i + size] for i in range(0, len(batch), size)]
@@ -99,7 +154,7 @@ class AccelerateLearner(Learner):
         loss, masked, ratio_sum, diff = stats.tolist()
         n = num_tokens.item()
         return {
-            "loss": loss / acc.num_processes,
+            "loss": loss,
             "grad_norm": float(grad_norm),
             "masked_frac": masked / n,
             "mean_ratio": ratio_sum / n,
@@ -107,24 +162,26 @@ class AccelerateLearner(Learner):
             "loss_tokens": n,
         }
 
-    def policy_state(self) -> dict[str, Any]:
-        return self.unwrapped.state_dict()
+    def _state(self, _: Any = None) -> dict[str, Any]:
+        return self.accelerator.get_state_dict(self.model, unwrap=True)
 
-    def save(self, directory: str) -> None:
+    def _save(self, directory: str) -> None:
+        """`policy/` (save_pretrained, safetensors: what evaluation and vLLM load) and
+        `train_state/` (Accelerate's full state: sharded weights, optimizer, RNG; what resume loads)."""
         out = Path(directory)
-        if self.accelerator.is_main_process:
+        acc = self.accelerator
+        state = self._state()  # a collective under FSDP / ZeRO-3
+        if acc.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
-            self.unwrapped.save_pretrained(out / "policy", safe_serialization=True)
+            self.unwrapped.save_pretrained(out / "policy", state_dict=state, safe_serialization=True)
             self.tokenizer.save_pretrained(out / "policy")
-            torch.save(self.optimizer.state_dict(), out / "optimizer.pt")
             (out / "learner.json").write_text(json.dumps({"version": self.version}))
-        self.accelerator.wait_for_everyone()
+        acc.wait_for_everyone()
+        acc.save_state(str(out / "train_state"))
+        acc.wait_for_everyone()
 
-    def load(self, directory: str) -> None:
+    def _load(self, directory: str) -> None:
         src = Path(directory)
-        saved = AutoModelForCausalLM.from_pretrained(src / "policy", dtype=self.unwrapped.dtype)
-        with torch.no_grad():
-            self.unwrapped.load_state_dict(saved.state_dict())
-        self.optimizer.load_state_dict(torch.load(src / "optimizer.pt", map_location=self.accelerator.device))
+        self.accelerator.load_state(str(src / "train_state"))
         self.version = json.loads((src / "learner.json").read_text())["version"]
 

@@ -9,6 +9,9 @@ exits 2) naming the file and, for a bad row, its place and the field:
 Places are 1-based file lines for JSONL and CSV (a CSV row's first line; the header is line 1)
 and 0-based row indices for parquet and `datasets` folders. The format follows the path: a
 directory is a `datasets` folder, otherwise the suffix decides (.jsonl/.ndjson, .csv, .parquet).
+
+File-based tasks take `DataArgs` (train file, eval file or held-out fraction) and build their
+splits with `load_splits(args, load)`, where `load` turns one file into prompts.
 """
 
 from __future__ import annotations
@@ -113,6 +116,9 @@ def _read_parquet(path: Path) -> list[Row]:
 def _read_datasets(path: Path) -> list[Row]:
     import datasets
 
+    state = path / "state.json"
+    if state.is_file() and json.loads(state.read_text(encoding="utf-8")).get("_data_files") == []:
+        return []  # saved with no rows: `datasets` itself cannot load such a folder
     try:
         ds = datasets.load_from_disk(str(path))
     except Exception as e:
