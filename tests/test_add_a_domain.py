@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DOC = REPO / "docs" / "add_a_domain.md"
+DOC = REPO / "README.md"  # its "Add a domain" section
 COMMAND = "python -m dynalize.run --config examples/haiku/haiku.yaml"
 
 
