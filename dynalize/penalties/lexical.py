@@ -26,6 +26,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+import anyio
+
 from .candidate import Candidate, ProposalResult
 from .views import ProposerView, ViewSample
 
@@ -117,7 +119,8 @@ class LexicalProposer:
         t0 = time.perf_counter()
         result = ProposalResult(step=view.step)
         try:
-            result.accepted = self.best(view, result)
+            # pure CPU work: off the event loop, so judge calls and the loop keep going
+            result.accepted = await anyio.to_thread.run_sync(self.best, view, result)
         except Exception as e:  # noqa: BLE001 - a proposer failure must never stop training
             result.error = f"{type(e).__name__}: {e}"
         result.latency = time.perf_counter() - t0
