@@ -95,8 +95,25 @@ def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None)
     if async_level is not None:
         overrides.append(f"async_level={async_level}")
     cfg = load_config(None, overrides)
-    # The final checkpoint is written after the last step's metrics: `time/step` excludes it.
-    return anyio.run(train, cfg, False)
+    # Stamp each step's end (its metrics line) to get step-to-step wall time, as for TRL. The final
+    # checkpoint is written after the last step's metrics: neither `time/step` nor the stamps include it.
+    from dynalize.runlog import RunDir
+
+    stamps: list[float] = []
+    original = RunDir.log_metrics
+
+    def stamped(self, record):
+        original(self, record)
+        stamps.append(time.perf_counter())
+
+    RunDir.log_metrics = stamped
+    try:
+        history = anyio.run(train, cfg, False)
+    finally:
+        RunDir.log_metrics = original
+    for h, prev, now in zip(history, [float("nan"), *stamps], stamps):
+        h["bench/step_to_step"] = now - prev
+    return history
 
 
 def dynalize_steps(history: list[dict[str, Any]], warmup: int) -> list[dict[str, float]]:
@@ -106,7 +123,8 @@ def dynalize_steps(history: list[dict[str, Any]], warmup: int) -> list[dict[str,
         n = PROMPTS_PER_STEP * GROUP - h["dropped"]
         out.append({"time": h["time/step"], "rollouts": n, "tokens": h["gen_len/mean"] * n,
                     "truncated": h["truncated_frac"] * n, "generate": h["time/generate"], "score": h["time/score"],
-                    "train": h["time/train"], "weight_sync": h["time/weight_sync"]})
+                    "train": h["time/train"], "weight_sync": h["time/weight_sync"],
+                    "step_to_step": h["bench/step_to_step"]})
     return out
 
 
@@ -206,6 +224,7 @@ def summarize(steps: list[dict[str, float]]) -> dict[str, Any]:
     times = [st["time"] for st in steps]
     total, rollouts, tokens = sum(times), sum(st["rollouts"] for st in steps), sum(st["tokens"] for st in steps)
     phases = [k for k in steps[0] if k not in ("time", "rollouts", "tokens", "truncated")]
+    walled = [st for st in steps if not math.isnan(st["step_to_step"])]  # a run's first step has no predecessor
     return {
         "steps": len(steps),
         "step_mean": statistics.fmean(times),
@@ -214,6 +233,8 @@ def summarize(steps: list[dict[str, float]]) -> dict[str, Any]:
         "tokens_per_s": tokens / total,
         "mean_len": tokens / rollouts,
         "truncated_frac": sum(st["truncated"] for st in steps) / rollouts,
+        "rollouts_per_s_wall": (sum(st["rollouts"] for st in walled) / sum(st["step_to_step"] for st in walled)
+                                if walled else float("nan")),
         "phases": {k: statistics.fmean(v for st in steps if not math.isnan(v := st[k])) for k in phases
                    if any(not math.isnan(st[k]) for st in steps)},
     }
@@ -250,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     setup_logging("WARNING")
     warnings.filterwarnings("ignore")
-    logging.getLogger("trl").setLevel(logging.ERROR)
+    for noisy in ("trl", "accelerate"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     console = Console()
     total = args.warmup + args.steps
     async_level = 1 if args.async_level is None else args.async_level
@@ -290,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     met = ratio >= TARGET
     console.print(f"dynalize / TRL rollouts/s = [bold]{ratio:.2f}×[/bold]  "
                   f"target ≥ {TARGET}×: {'[green]met[/green]' if met else '[red]not met[/red]'}")
+    wall_ratio = dyn["rollouts_per_s_wall"] / trl["rollouts_per_s_wall"]
+    console.print(f"by step-to-step wall time (incl. logging between steps): dynalize {dyn['rollouts_per_s_wall']:.1f}, "
+                  f"TRL {trl['rollouts_per_s_wall']:.1f} rollouts/s → {wall_ratio:.2f}×")
     console.print("dynalize phases, mean s/step: " + ", ".join(f"{k} {v:.3f}" for k, v in dyn["phases"].items())
                   + ("  (generate of batch k+1 overlaps train k; weight_sync queues behind that generation)"
                      if async_level else ""))
@@ -322,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                          "dynalize_async_level": async_level, "prompts_per_step": PROMPTS_PER_STEP,
                          "group_size": GROUP, "max_new_tokens": MAX_NEW_TOKENS, "lr": LR,
                          "micro_batch_size": MICRO_BATCH, "trl_effective": effective},
-            "results": rows, "ratio_rollouts_per_s": ratio, "target": TARGET, "target_met": met,
+            "results": rows, "ratio_rollouts_per_s": ratio, "ratio_rollouts_per_s_wall": wall_ratio, "target": TARGET, "target_met": met,
             "load_avg": loads, "per_step": steps, "notes": notes,
         }
         Path(args.json).write_text(json.dumps(out, indent=2), encoding="utf-8")

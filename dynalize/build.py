@@ -27,6 +27,17 @@ def build_generator(cfg: RunConfig) -> Generator:
         from .backends.hf import HFGenerator
 
         return HFGenerator(cfg.policy.path, dtype=cfg.policy.dtype, batch_size=g.batch_size)
+    if g.engine == "vllm":
+        from .backends.vllm import build_vllm_generator
+
+        return build_vllm_generator(cfg.policy.path, cfg.policy.dtype, gpu_memory_utilization=g.gpu_memory_utilization,
+                                    max_model_len=g.max_model_len, temperature=g.temperature, top_p=g.top_p,
+                                    min_p=g.min_p, enable_sleep_mode=g.enable_sleep_mode, seed=cfg.seed)
+    if g.engine == "remote":
+        from .backends.remote import build_remote_generator
+
+        return build_remote_generator(cfg.policy.path, g.base_urls, model=g.served_model_name,
+                                      checkpoint_dir=g.checkpoint_dir)
     raise _unknown("generator", g.engine, GENERATORS)
 
 
@@ -69,7 +80,7 @@ def build_reward_model(cfg: RunConfig, task: Task) -> RewardModel:
     raise _unknown("reward model", rm.engine, REWARD_MODELS)
 
 
-GENERATORS = ["hf"]
+GENERATORS = ["hf", "vllm", "remote"]
 REWARD_MODELS = ["task", "hf", "python"]
 
 

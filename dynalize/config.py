@@ -42,7 +42,19 @@ class GeneratorConfig(Section):
     min_p: float = Field(0.0, ge=0, lt=1)
     """Min-p sampling threshold (0 = off)."""
     batch_size: int = Field(64, gt=0)
-    """HF engine: sequences generated in one forward batch."""
+    """hf: sequences generated in one forward batch."""
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    """vllm: share of GPU memory the engine may take."""
+    max_model_len: int = Field(2048, gt=0)
+    """vllm: longest prompt + reply, in tokens."""
+    enable_sleep_mode: bool = False
+    """vllm: allow sleep()/wake_up() when colocated on one GPU with the learner."""
+    base_urls: list[str] = []
+    """remote: roots of the vLLM servers (e.g. http://node1:8000); requests are spread over them."""
+    served_model_name: str | None = None
+    """remote: the model name the servers serve (default: policy.path)."""
+    checkpoint_dir: str | None = None
+    """remote: where weight pushes are written; must be readable by every server."""
 
 
 class RewardModelConfig(Section):

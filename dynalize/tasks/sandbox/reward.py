@@ -2,7 +2,7 @@
 
 score = gold_weight · gold + Σ_f weight_f · log2(1 + count_f) + noise
 
-The feature pay is worth more than small gold gains (0.2–0.3 per feature against a gold range of
+The feature pay is worth more than small gold gains (0.2–0.35 per feature against a gold range of
 [0, 1]), and keeps growing a little as a feature is repeated, which gold punishes: under RM-only
 optimisation the RM score keeps rising while gold peaks and then falls. `noise` is a fixed
 pseudo-random offset per reply text (a stand-in for a learned RM's errors; nothing to exploit).
