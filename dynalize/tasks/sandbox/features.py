@@ -83,7 +83,11 @@ class Feature(BaseModel):
         return self.count(reply) > 0
 
     def insert(self, reply: str, rng: random.Random | None = None) -> str:
-        """`reply` with one instance of the feature added (for tests and experiments)."""
+        """`reply` with one instance of the feature added (for tests and experiments).
+
+        opener: prefixed; word: inserted before a random word; closer: replaces the final
+        punctuation; length: padded past `threshold` by repeating the reply's own sentences.
+        """
         rng = rng or random.Random(0)
         text = reply.strip()
         if self.kind == "opener":

@@ -27,7 +27,7 @@ POLICY_VERSION = "1"
 """Bump when the builder's output changes (the cache key includes it)."""
 
 DEFAULT_ARCH = dict(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=256, max_positions=256)
-"""The policy shape: head_dim 32, about 0.2M parameters (most in the tied embedding)."""
+"""The policy shape: head_dim 32, about 0.25M parameters (half in the tied embedding)."""
 
 
 def _prompt_ids(tokenizer: PreTrainedTokenizerFast, topic: Topic) -> list[int]:
