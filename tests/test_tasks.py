@@ -19,7 +19,8 @@ from dynalize.rollouts import rm_inputs, sample_groups
 from dynalize.run import train
 from dynalize.runlog import read_jsonl
 from dynalize.tasks.base import build_task
-from dynalize.tasks.counseling import SESSION_CUE, offline_patient, split_reasoning_tags
+from dynalize.tasks.counseling import SESSION_CUE, offline_patient
+from dynalize.tasks.text import split_reasoning_tags
 from dynalize.tasks.data import DataError
 from dynalize.types import Batch, Message
 

@@ -8,14 +8,13 @@ RM reads only the story (a `str`: no prompt, no chat template), as LitBench's ve
 
 from __future__ import annotations
 
-import statistics
 
 from pydantic import field_validator
 
 from ..types import Message, Prompt
 from .base import Split, Task
-from .counseling import split_reasoning_tags
 from .data import DataArgs, load_splits, read_rows, short_hash
+from .text import length_metrics, split_reasoning_tags
 
 
 class CreativeWritingArgs(DataArgs):
@@ -77,7 +76,4 @@ class CreativeWritingTask(Task):
 
     async def evaluate(self, prompts: list[Prompt], replies: list[str]) -> dict[str, float]:
         """Mean story length in words and the share of empty stories (e.g. all reasoning)."""
-        if not replies:
-            return {}
-        return {"words": statistics.fmean(len(r.split()) for r in replies),
-                "empty_frac": statistics.fmean(not r.strip() for r in replies)}
+        return length_metrics(replies)
