@@ -10,11 +10,11 @@ same lr, the same micro-batch (16) and the same torch thread count. Warm-up step
 The table prints step time (mean ± sd), rollouts/s, completion tokens/s and mean completion
 length per framework, then the dynalize/TRL rollouts/s ratio against the target (≥ 1.5×).
 
-Threads: the default is 1. With 2 intra-op threads on a small CPU box, the tiny model's
-millisecond-sized ops run in OpenMP teams that stall whenever another process holds a core, and
-the damage differs between the main thread (where TRL computes) and worker threads (where dynalize
-computes): measured here, the same small matmul ran ~5× slower in the main thread than in a worker
-thread under load. One thread per compute thread keeps both sides comparable.
+Threads: the default is 1 (`--threads` changes it for both). The tiny model's ops take a few ms;
+with 2 intra-op threads on a 2-core box shared with other jobs, OpenMP teams stall whenever
+another process holds a core: seen here as up to 10× slower steps, worse in the main thread (where
+TRL computes) than in worker threads (where dynalize computes), and worse still unless
+MKL_NUM_THREADS is set too. So both OMP_NUM_THREADS and MKL_NUM_THREADS are set before torch loads.
 
 Nothing is downloaded: the tiny policy is built locally (dynalize.tiny).
 """
@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # so the task resolves as `benchmarks.throughput:BenchTask`
     sys.path.insert(0, str(ROOT))
 
-from dynalize.backends.base import RewardModel  # noqa: E402
-from dynalize.tasks.base import Task  # noqa: E402
-from dynalize.types import Message, Prompt  # noqa: E402
+from dynalize.backends.base import RewardModel
+from dynalize.tasks.base import Task
+from dynalize.types import Message, Prompt
 
 TARGET = 1.5
 PROMPTS_PER_STEP, GROUP, MAX_NEW_TOKENS, LR, MICRO_BATCH = 8, 8, 64, 1e-6, 16
@@ -76,10 +76,11 @@ class BenchTask(Task):
 # dynalize
 
 
-def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None) -> list[dict[str, Any]]:
+def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None,
+                 threads: int | None = None) -> list[dict[str, Any]]:
     import anyio
 
-    from dynalize.config import load_config
+    from dynalize.config import RunConfig, load_config
     from dynalize.run import train
 
     overrides = [
@@ -94,6 +95,8 @@ def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None)
     ]
     if async_level is not None:
         overrides.append(f"async_level={async_level}")
+    if threads is not None and "torch_threads" in RunConfig.model_fields:
+        overrides.append(f"torch_threads={threads}")  # else dynalize picks its own count (half the cores)
     cfg = load_config(None, overrides)
     # Stamp each step's end (its metrics line) to get step-to-step wall time, as for TRL. The final
     # checkpoint is written after the last step's metrics: neither `time/step` nor the stamps include it.
@@ -280,18 +283,25 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[str, list[dict[str, float]]] = {"dynalize": [], "TRL GRPOTrainer": []}
     effective: dict[str, Any] = {}
     loads = [os.getloadavg()[0]]
+    threads_seen: dict[str, int] = {}
+    cores: dict[str, list[float]] = {name: [] for name in steps}  # process CPU time / wall time, per run
     with tempfile.TemporaryDirectory(prefix="dynalize-bench-") as tmp:
         for r in range(args.rounds):
             order = ["dynalize", "TRL GRPOTrainer"] if r % 2 == 0 else ["TRL GRPOTrainer", "dynalize"]
             for name in order:
                 console.print(f"[dim]round {r + 1}/{args.rounds}: {name}, {total} steps ({args.warmup} warm-up) …[/dim]")
                 torch.manual_seed(0)
+                torch.set_num_threads(args.threads)  # the same count for both (dynalize also sets it itself)
                 work = str(Path(tmp) / f"{r}-{name.split()[0]}")
+                wall0, cpu0 = time.perf_counter(), time.process_time()
                 if name == "dynalize":
-                    steps[name] += dynalize_steps(run_dynalize(total, work, args.async_level), args.warmup)
+                    history = run_dynalize(total, work, args.async_level, args.threads)
+                    steps[name] += dynalize_steps(history, args.warmup)
                 else:
                     trl_steps, effective = run_trl(total, args.warmup, work)
                     steps[name] += trl_steps
+                threads_seen[name] = torch.get_num_threads()
+                cores[name].append((time.process_time() - cpu0) / (time.perf_counter() - wall0))
                 loads.append(os.getloadavg()[0])
 
     rows = {name: summarize(st) for name, st in steps.items()}
@@ -321,23 +331,29 @@ def main(argv: list[str] | None = None) -> int:
     console.print("TRL phases, mean s/step: " + ", ".join(f"{k} {v:.3f}" for k, v in trl["phases"].items())
                   + "  (rest = reward + loss forward/backward + optimizer; step_to_step adds logging, data)")
     notes = [
-        f"TRL: per_device_train_batch_size={MICRO_BATCH} × gradient_accumulation_steps="
-        f"{PROMPTS_PER_STEP * GROUP // MICRO_BATCH} → generation_batch_size={effective['generation_batch_size']}, "
-        f"steps_per_generation={effective['steps_per_generation']}: one 64-completion generate per optimizer step, "
-        "on-policy, no extra old-logprob pass; transformers generate (vLLM needs a GPU).",
-        f"Losses differ by design: TRL loss_type={effective['loss_type']!r} (beta=0, scale_rewards='none'), "
-        "dynalize 'prime'; both normalise by the batch's completion tokens; micro-batch 16 on both.",
+        (f"TRL: per_device_train_batch_size={MICRO_BATCH} × gradient_accumulation_steps="
+         f"{PROMPTS_PER_STEP * GROUP // MICRO_BATCH} → generation_batch_size={effective['generation_batch_size']}, "
+         f"steps_per_generation={effective['steps_per_generation']}: one 64-completion generate per optimizer step, "
+         "on-policy, no extra old-logprob pass; transformers generate (vLLM needs a GPU)."),
+        (f"Losses differ by design: TRL loss_type={effective['loss_type']!r} (beta=0, scale_rewards='none'), "
+         "dynalize 'prime'; both normalise by the batch's completion tokens; micro-batch 16 on both."),
         (f"dynalize async_level={async_level}: batch k+1 is generated while batch k trains (one step off-policy, "
          f"two busy threads, up to {2 * args.threads} cores); TRL generates then trains in sequence "
          f"({args.threads} core(s))." if async_level else
          "dynalize async_level=0: on-policy, generate then train in sequence, like TRL."),
-        f"Completion length: dynalize {dyn['mean_len']:.1f} (hit the cap {dyn['truncated_frac']:.0%}), "
-        f"TRL {trl['mean_len']:.1f} (hit the cap {trl['truncated_frac']:.0%}); cap {MAX_NEW_TOKENS}, "
-        "tokens/s counts completion tokens only.",
+        (f"Completion length: dynalize {dyn['mean_len']:.1f} (hit the cap {dyn['truncated_frac']:.0%}), "
+         f"TRL {trl['mean_len']:.1f} (hit the cap {trl['truncated_frac']:.0%}); cap {MAX_NEW_TOKENS}, "
+         "tokens/s counts completion tokens only."),
     ]
-    if max(loads) > 0.75 * (os.cpu_count() or 1):
-        notes.append(f"machine busy: 1-min load average {min(loads):.1f}–{max(loads):.1f} on {os.cpu_count()} CPUs "
-                     "during the runs; timings are noisy, rerun on an idle machine.")
+    if any(n != args.threads for n in threads_seen.values()):
+        notes.append(f"torch threads after each run differ from --threads {args.threads}: {threads_seen}")
+    used = {name: statistics.fmean(v) for name, v in cores.items()}
+    notes.append(f"CPU cores this process used (CPU time / wall, whole runs incl. loading): dynalize "
+                 f"{used['dynalize']:.2f}, TRL {used['TRL GRPOTrainer']:.2f}; 1-min load average "
+                 f"{min(loads):.1f}–{max(loads):.1f} on {os.cpu_count()} CPUs, this process included.")
+    if async_level and used["dynalize"] < 1.5 * args.threads:
+        notes.append("dynalize got < 1.5 cores for its two compute threads: other jobs held the CPUs, so its "
+                     "overlap of generation and training could not pay off; rerun on an idle machine.")
     for n in notes:
         console.print(f"[dim]note: {n}[/dim]")
 
@@ -348,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                          "group_size": GROUP, "max_new_tokens": MAX_NEW_TOKENS, "lr": LR,
                          "micro_batch_size": MICRO_BATCH, "trl_effective": effective},
             "results": rows, "ratio_rollouts_per_s": ratio, "ratio_rollouts_per_s_wall": wall_ratio, "target": TARGET, "target_met": met,
-            "load_avg": loads, "per_step": steps, "notes": notes,
+            "load_avg": loads, "cores_used": cores, "per_step": steps, "notes": notes,
         }
         Path(args.json).write_text(json.dumps(out, indent=2), encoding="utf-8")
         console.print(f"[dim]wrote {args.json}[/dim]")

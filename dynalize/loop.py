@@ -285,8 +285,14 @@ class Trainer:
 
         t0 = time.perf_counter()
         version = p.learner.version
-        await self.worker.submit(lambda: p.generator.update_weights(p.learner.policy_state(), version)).wait()
-        sync_time = time.perf_counter() - t0
+
+        async def push() -> float:
+            t = time.perf_counter()
+            await p.generator.update_weights(p.learner.policy_state(), version)
+            return time.perf_counter() - t
+
+        sync_time = await self.worker.submit(push).wait()  # queued behind the batches generating
+        wait_time = time.perf_counter() - t0 - sync_time
 
         rollouts = batch.rollouts
         record: dict[str, Any] = {
@@ -306,7 +312,7 @@ class Trainer:
         tokens = sum(len(r.completion_ids) for r in rollouts)
         record.update({
             "time/step": step_time, "time/generate": gen_time, "time/score": score_time,
-            "time/train": train_time, "time/weight_sync": sync_time,
+            "time/train": train_time, "time/weight_sync": sync_time, "time/wait_for_generation": wait_time,
             "rollouts_per_s": len(rollouts) / step_time, "tokens_per_s": tokens / step_time,
         })
         p.run.log_rollouts(step, rollouts)

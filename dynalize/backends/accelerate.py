@@ -72,6 +72,15 @@ class AccelerateLearner(Learner):
             "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=device),
         }
 
+    def _logprobs(self, t: dict[str, torch.Tensor], first: int) -> torch.Tensor:
+        """Per-token logprobs, aligned to input_ids. Logits are computed only from the position
+        before the micro-batch's first policy token on: long prompts cost no vocabulary-sized rows."""
+        width = t["input_ids"].shape[1]
+        keep = width - first + 1
+        logits = self.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], logits_to_keep=keep).logits
+        tail = grpo.token_logprobs(logits, t["input_ids"][:, width - keep :], self.temperature)
+        return torch.nn.functional.pad(tail, (width - keep, 0), value=0.0)
+
     def _global_tokens(self, batch: list[TrainSequence]) -> torch.Tensor:
         local = torch.tensor(float(sum(sum(s.loss_mask) for s in batch)), device=self.accelerator.device)
         return self.accelerator.reduce(local, reduction="sum")
@@ -136,8 +145,7 @@ class AccelerateLearner(Learner):
             t = self._collate(seqs)
             sync = acc.no_sync(self.model) if i < len(micro) - 1 else nullcontext()
             with sync:
-                logits = self.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"]).logits
-                logprobs = grpo.token_logprobs(logits, t["input_ids"], self.temperature)
+                logprobs = self._logprobs(t, first_policy_token(seqs))
                 out = self._loss(logprobs, t["gen_logprobs"], t["advantages"], t["loss_mask"], num_tokens)
                 # DDP averages gradients over processes; the loss is already a global mean.
                 acc.backward(out.loss * acc.num_processes)
@@ -185,3 +193,7 @@ class AccelerateLearner(Learner):
         self.accelerator.load_state(str(src / "train_state"))
         self.version = json.loads((src / "learner.json").read_text())["version"]
 
+
+def first_policy_token(seqs: list[TrainSequence]) -> int:
+    """The earliest position any sequence of the micro-batch trains on (≥ 1)."""
+    return max(1, min((s.loss_mask.index(1) for s in seqs if 1 in s.loss_mask), default=1))
