@@ -194,7 +194,7 @@ def test_raw_logprobs_mode_matches_hf_with_top_p_at_temperature_1(generator, pol
 
 def test_chat_model_answers_json_schema(generator):
     from dynalize.backends.chat import chat_json
-    from dynalize.backends.vllm import VLLMChatModel
+    from dynalize.backends.vllm_chat import VLLMChatModel
     from dynalize.types import Message
 
     chat = VLLMChatModel(engine=generator)  # shares the policy's engine

@@ -1,0 +1,236 @@
+"""`python -m dynalize.report RUN [RUN ...]` and `python -m dynalize.report audit --penalties A --rollouts B`
+
+The report: Table 1 (benchmark Peak / End / Final, RM over End, Δ from a baseline run) for each
+benchmark the runs were evaluated on (else the task's held-out eval, e.g. `eval/task:gold`), the
+per-axis table for MindEval, and the figures: RM and benchmark score against step, each run's
+penalty buffer timeline, and pattern prevalence (`--starts-with Okay --contains galactic`).
+Printed, and written to `--out` (default `<first run>/plots`) as report.md, report.json and PNGs.
+
+The audit: run A's discovered penalties judged on run B's replies at a step (the same judge:
+regex penalties locally, the others by `--judge`): % of replies triggering ≥ 1, mean per reply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from .analysis.runs import (
+    Metric,
+    ReportError,
+    Run,
+    default_metrics,
+    parse_metric,
+    unique_names,
+)
+from .analysis.tables import (
+    axis_cells,
+    axis_table,
+    markdown,
+    rich_table,
+    table1,
+    table1_cells,
+)
+
+console = Console()
+
+
+# --- report ------------------------------------------------------------------------------------
+
+def parse_report_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m dynalize.report", description=__doc__.splitlines()[0],
+                                 epilog="Audit: python -m dynalize.report audit --help")
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directories to compare")
+    ap.add_argument("--metric", action="append",
+                    help="eqbench, mindeval, eval/<file>:<column> or metrics:<column> (repeatable; "
+                         "default: every benchmark evaluated, else eval/task:gold)")
+    ap.add_argument("--window", nargs=2, type=int, default=[150, 200], metavar=("LO", "HI"),
+                    help="steps averaged for End (inclusive; default 150 200)")
+    ap.add_argument("--baseline", help="the run others are compared to (path or name; default the first)")
+    ap.add_argument("--rm-metric", default="metrics:rm/mean", help="the RM score column (default metrics:rm/mean)")
+    ap.add_argument("--axes", action="store_true", help="per-criterion table for every benchmark, not only mindeval")
+    ap.add_argument("--starts-with", action="append", default=[], metavar="WORD",
+                    help="pattern plot: share of replies opening with WORD (repeatable)")
+    ap.add_argument("--contains", action="append", default=[], metavar="WORD",
+                    help="pattern plot: share of replies containing WORD (repeatable)")
+    ap.add_argument("--rollouts-kind", default="step", choices=("step", "eval"),
+                    help="pattern plot: training rollouts (step) or held-out generations (eval)")
+    ap.add_argument("--out", help="output directory (default <first run>/plots)")
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    if args.window[0] > args.window[1]:
+        ap.error("--window LO HI needs LO <= HI")
+    return args
+
+
+def baseline_index(runs: list[Run], spec: str | None) -> int:
+    if spec is None:
+        return 0
+    for i, r in enumerate(runs):
+        if spec in (r.name, str(r.path)) or Path(spec).resolve() == r.path.resolve():
+            return i
+    raise ReportError(f"--baseline {spec!r} is none of the runs given ({', '.join(r.name for r in runs)})")
+
+
+def build_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Tables and plots for the runs; returns what report.json holds."""
+    runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
+    base = baseline_index(runs, args.baseline)
+    metrics = [parse_metric(m) for m in args.metric] if args.metric else default_metrics(runs)
+    rm_metric = parse_metric(args.rm_metric)
+    window = (args.window[0], args.window[1])
+    out = Path(args.out) if args.out else runs[0].path / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    md = ["# dynalize report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]
+    result: dict[str, Any] = {"runs": {r.name: str(r.path) for r in runs}, "tables": [], "axes": [], "plots": []}
+    for metric in metrics:
+        t = table1(runs, metric, window, base, rm_metric)
+        header, body = table1_cells(t)
+        title = (f"{metric.label}: Peak / End / Final (End = mean over steps {window[0]}–{window[1]}; "
+                 f"Δ vs {t.baseline})")
+        console.print(rich_table(title, header, body))
+        for note in t.notes:
+            console.print(f"[yellow]note:[/] {note}")
+        md += [f"## {title}", "", markdown(header, body), ""]
+        md += [f"- {n}" for n in t.notes] + ([""] if t.notes else [])
+        result["tables"].append(t.to_json())
+        if metric.column == "score" and (metric.source == "eval/mindeval" or args.axes):
+            a = axis_table(runs, metric, window, base)
+            if a.axes:
+                h, b = axis_cells(a)
+                a_title = (f"{metric.label}: per criterion, mean over steps {window[0]}–{window[1]} "
+                           f"(Δ vs {a.baseline})")
+                console.print(rich_table(a_title, h, b))
+                md += [f"## {a_title}", "", markdown(h, b), ""]
+                result["axes"].append(a.to_json())
+    if not args.no_plots:
+        result["plots"] = [str(p) for p in make_plots(runs, metrics, rm_metric, window, out, args)]
+        md += ["## Figures", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in result["plots"]] + [""]
+    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+    (out / "report.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    console.print(f"written: {out / 'report.md'}, {out / 'report.json'}"
+                  + (f" and {len(result['plots'])} plot(s)" if result["plots"] else ""))
+    return result
+
+
+def make_plots(runs: list[Run], metrics: list[Metric], rm_metric: Metric, window: tuple[int, int], out: Path,
+               args: argparse.Namespace) -> list[Path]:
+    from .analysis.patterns import patterns, prevalence
+    from .analysis.penalties import penalty_history
+    from .analysis.plots import plot_patterns, plot_penalty_timeline, plot_scores
+    from .eval.common import progress
+
+    paths = [plot_scores(runs, m, out / f"scores_{m.slug}.png", rm_metric, window) for m in metrics]
+    for r in runs:
+        history = penalty_history(r)
+        if history.penalties:
+            paths.append(plot_penalty_timeline(r, history, out / f"penalties_{_slug(r.name)}.png"))
+    pats = patterns(args.starts_with, args.contains)
+    if pats:
+        with progress(console.is_terminal) as bar:
+            points = [p for r in runs for p in prevalence(r, pats, args.rollouts_kind, bar)]
+        paths.append(plot_patterns(points, out / "patterns.png"))
+    return paths
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+# --- audit -------------------------------------------------------------------------------------
+
+def parse_audit_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m dynalize.report audit",
+                                 description="Judge run A's discovered penalties on run B's replies.")
+    ap.add_argument("--penalties", required=True, metavar="RUN_A", help="the run whose penalties are applied")
+    ap.add_argument("--rollouts", required=True, nargs="+", metavar="RUN_B", help="the run(s) whose replies are judged")
+    ap.add_argument("--step", type=int, help="rollout step to judge (default: each run's last)")
+    ap.add_argument("--rollouts-kind", default="step", choices=("step", "eval"),
+                    help="training rollouts (step) or held-out generations (eval)")
+    ap.add_argument("--which", default="all", choices=("all", "active"),
+                    help="every penalty ever added (all) or only those active at the end (active)")
+    ap.add_argument("--judge", help="LLM judge for penalties without a regex (JSON or YAML/JSON file)")
+    ap.add_argument("--concurrency", type=int, default=16, help="judge calls in flight at once")
+    ap.add_argument("--out", help="output directory (default <RUN_A>/plots)")
+    return ap.parse_args(argv)
+
+
+async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+    from .analysis.audit import audit
+    from .analysis.penalties import penalty_history
+    from .penalties.judge import Judge, RegexJudge
+
+    source = Run(args.penalties)
+    chosen = penalty_history(source).select(args.which)
+    if not chosen:
+        raise ReportError(f"{source.path} has no {'active ' if args.which == 'active' else ''}penalties "
+                          f"(penalties.jsonl or a checkpoint's buffer)")
+    judge: Judge = RegexJudge()
+    if args.judge:
+        from .eval.common import BenchmarkError, chat_model_from_spec
+
+        try:
+            judge = Judge(chat_model_from_spec(args.judge, "--judge", args.concurrency),
+                          max_concurrency=args.concurrency)
+        except BenchmarkError as e:
+            raise ReportError(str(e)) from None
+    targets = [Run(p, n) for p, n in zip(args.rollouts, unique_names(args.rollouts))]
+    return [await audit(chosen, source.name, t, judge, args.step, args.rollouts_kind) for t in targets], chosen
+
+
+def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
+    results, chosen = anyio.run(run_audit, args)
+    header = ["replies of", "step", "replies", "≥ 1 penalty", "mean per reply", "undecided verdicts"]
+    body = [[r.target, str(r.step), str(r.n_replies), f"{100 * r.share_any:.1f}%", f"{r.mean_count:.3f}",
+             str(r.undecided)] for r in results]
+    title = f"penalties of {results[0].source} ({args.which}: {len(chosen)}) judged on {args.rollouts_kind} rollouts"
+    per_header = ["penalty", "regex", *[r.target for r in results]]
+    per_body = [[f"{p.id}: {p.title}", "yes" if p.regex else "no",
+                 *[_rate(r.per_penalty[p.id]["rate"]) for r in results]] for p in chosen]
+    console.print(rich_table(title, header, body))
+    console.print(rich_table("trigger rate per penalty", per_header, per_body))
+    notes = []
+    if any(r.undecided for r in results):
+        no_regex = sum(1 for p in chosen if not p.regex)
+        notes.append(f"{sum(r.undecided for r in results)} verdicts undecided (counted as not triggered)"
+                     + (f": {no_regex} penalties have no regex; pass --judge to judge them" if not args.judge else ""))
+    for n in notes:
+        console.print(f"[yellow]note:[/] {n}")
+    out = Path(args.out) if args.out else Path(args.penalties) / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"audit_{_slug(results[0].source)}_{args.which}"
+    md = [f"# {title}", "", markdown(header, body), "", markdown(per_header, per_body), ""] + [f"- {n}" for n in notes]
+    (out / f"{stem}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    rows = [r.to_json() for r in results]
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    console.print(f"written: {out / (stem + '.md')}, {out / (stem + '.json')}")
+    return rows
+
+
+def _rate(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+# --- entry point -------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "audit":
+            audit_report(parse_audit_args(argv[1:]))
+        else:
+            build_report(parse_report_args(argv))
+    except (ReportError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
