@@ -33,7 +33,7 @@ _BASE_TEXT = """
 The quick brown fox jumps over the lazy dog. A story begins with a person, a place and a want.
 Write about the sea, the forest, the city, the river, the mountain, the garden, the desert, the
 moon, the stars, the rain, the winter, the summer, music, friendship, memory, courage, silence.
-Okay, here is a short piece. I think this is a good question. Thank you for sharing that with me.
+Sure, here is a short piece. I think this is a good question. Thank you for sharing that with me.
 How does that make you feel? What would you like to talk about next? Let us take a breath together.
 It was a quiet morning when she opened the window and listened to the birds sing in the trees.
 He walked along the old road, thinking of home, of his mother's kitchen and the smell of bread.
@@ -101,8 +101,8 @@ def build_reward_model(out: Path, seed: int = 0, texts: Iterable[str] | None = N
 
 Builder = Callable[[Path], None]
 _BUILDERS: dict[str, tuple[Builder, str]] = {
-    "policy": (build_policy, "1"),
-    "rm": (build_reward_model, "1"),
+    "policy": (build_policy, "2"),
+    "rm": (build_reward_model, "2"),
 }
 
 

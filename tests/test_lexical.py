@@ -128,3 +128,92 @@ def test_features():
     assert {"open1:okay,", "open2:okay, so", "close?:?", "closeword:works", "ngram1:zorbly",
             "ngram2:zorbly plan", "ngram3:the zorbly plan"} <= set(f)
     assert "ngram1:the" not in f and "ngram2:so the" not in f  # stop words only
+
+
+def varied(rng, n):
+    """n invented words: no word is common enough to stand out, so only the length differs."""
+    return " ".join(invented_word(rng) for _ in range(n)) + "."
+
+
+def test_discovers_extra_length_without_knowing_a_threshold():
+    from dynalize.penalties.lexical import length_feature, length_limit
+
+    for seed, (short, long) in enumerate([(12, 30), (20, 55), (8, 17)]):
+        rng = random.Random(50 + seed)
+        # same vocabulary and wording; positives are just longer (plus a few words of noise)
+        v = make_view(rng, lambda r: varied(r, long + r.randrange(4)), lambda r: varied(r, short + r.randrange(4)))
+        c = best(v).accepted
+        limit = length_limit(c.regex)
+        assert c.title == f"Replies run longer than {limit} words", c.title
+        # the largest multiple of 5 that still separates: no negative exceeds it, most positives do
+        assert short + 3 <= limit <= long and limit % 5 == 0
+        assert check_regex(c, v) <= {s.id for s in v.positives()} and len(c.references) >= 0.4 * 16
+        assert c.regex == length_feature(limit).regex
+        assert re.search(c.regex, " ".join(["w"] * (limit + 1))) and not re.search(c.regex, " ".join(["w"] * limit))
+        assert not re.search(c.regex, " ".join(["w"] * limit) + "  \n ")
+
+    # an active length penalty covers any other length limit (no ratcheting), but no wording
+    rng = random.Random(9)
+    v = make_view(rng, lambda r: "Zorbly, " + varied(r, 30), lambda r: varied(r, 12))
+    first = best(v).accepted
+    assert first.title == 'Replies open with "Zorbly,"'  # on equal evidence, wording before length
+    v.active = [Penalty("p001", "Replies run longer than 20 words", "", regex=length_feature(20).regex)]
+    assert best(v).accepted.title == 'Replies open with "Zorbly,"'
+    v.active.append(Penalty("p002", first.title, first.description, regex=first.regex))
+    assert best(v).accepted is None
+
+
+def test_length_can_be_switched_off():
+    rng = random.Random(4)
+    v = make_view(rng, lambda r: varied(r, 30), lambda r: varied(r, 12))
+    assert best(v).accepted.title == "Replies run longer than 25 words"
+    assert best(v, length=False).accepted is None
+
+
+def test_min_effect_asks_how_much_the_rm_pays_for_the_pattern():
+    rng = random.Random(0)
+    opener = invented_word(rng).capitalize() + ","
+    v = make_view(rng, lambda r: f"{opener} {sentence(r)}", lambda r: sentence(r))
+    # carriers out-score the rest of their group by 2 group stds (scores 1 and 0)
+    assert best(v, min_effect=1.9).accepted.title == f'Replies open with "{opener}"'
+    assert best(v, min_effect=2.1).accepted is None
+    # the same contrast on small score differences inside widely spread groups: a small effect
+    for s in v.samples:
+        s.rm_score = (s.group % 2) * 10 + (0.1 if s.sign == "+" else 0.0)
+    v.samples += [ViewSample(f"x{g}", g, sentence(rng), (g % 2) * 10 + 5.0, "0") for g in range(16)]
+    assert best(v, min_effect=0.0).accepted is not None
+    assert best(v).accepted is None
+
+
+def test_a_retired_pattern_that_comes_back_is_proposed_again_on_weaker_evidence():
+    rng = random.Random(21)
+    opener = invented_word(rng).capitalize() + ","
+    shown = iter([True] * 6 + [False] * 10)  # back in 6 of 16 positive replies, no negative one
+    v = make_view(rng, lambda r: f"{opener} {sentence(r)}" if next(shown) else sentence(r), lambda r: sentence(r))
+    fresh = best(v).accepted
+    assert fresh is None or fresh.revives is None
+    old = Penalty("p003", f'Replies open with "{opener}"', "old text", regex=rf"(?i)\A\s*{re.escape(opener)}",
+                  active=False)
+    v.retired = [old]
+    c = best(v).accepted
+    assert c.revives == "p003" and c.title == old.title and c.regex == old.regex
+    assert c.description.startswith(f"{old.title} (back after retirement). Among sampled replies, 38%")
+    assert len(c.references) == 6
+    # not back: nothing to revive
+    v2 = make_view(random.Random(22), lambda r: sentence(r), lambda r: sentence(r))
+    v2.retired = [old]
+    assert best(v2).accepted is None
+
+
+def test_discovers_a_closing_exclamation_but_never_the_ordinary_full_stop():
+    rng = random.Random(13)
+    v = make_view(rng, lambda r: f"{sentence(r)} What a {r.choice(VOCAB)} {invented_word(r)}!",
+                  lambda r: f"{sentence(r)} {sentence(r, 5)}")
+    c = best(v).accepted
+    assert c.title == 'Replies end with "!"'
+    assert check_regex(c, v) == {s.id for s in v.positives()}
+    assert re.search(c.regex, "Wow! ") and not re.search(c.regex, "Wow! Then calm.")
+    # full stops in every positive and in no negative (those are cut off): still never a penalty
+    v = make_view(rng, lambda r: sentence(r, 12), lambda r: sentence(r, 12)[:-1])
+    assert all(c.title != 'Replies end with "."' for c in [best(v).accepted] if c)
+    assert not any(k.startswith("closep") for k in reply_features("All is well."))

@@ -38,6 +38,16 @@ class LexicalConfig(_Section):
     """Ignore patterns present in more than this fraction of negative-advantage replies."""
     max_p_value: float = Field(5e-4, gt=0, le=1)
     """One-sided Fisher exact p-value a pattern's positive/negative split must reach."""
+    coverage: float = Field(0.5, gt=0, le=1)
+    """A pattern counts as covered by an active penalty when its regex matches this share of its replies."""
+    length: bool = True
+    """Also look for "replies run longer than L words" (L from the batch's word counts)."""
+    length_step: int = Field(5, ge=1)
+    """Length limits are multiples of this many words."""
+    min_effect: float = Field(0.8, ge=0)
+    """Replies with the pattern must beat the rest of their group by this many within-group RM stds."""
+    revive_p_value: float = Field(0.05, gt=0, le=1)
+    """Weaker evidence (Fisher p) that revives a retired penalty whose pattern comes back."""
 
 
 class ProposerConfig(_Section):

@@ -1,0 +1,489 @@
+"""The sandbox experiment: RM-only against Dynalize over seeds, in the form of the paper's Table 1.
+
+    python benchmarks/sandbox_table.py [--features default|alternative|FILE.yaml|FILE.json]
+                                       [--steps 100] [--seeds 0 1 2] [--parallel 2] [--out DIR]
+                                       [--reuse] [--no-run] [override ...]
+
+Runs `configs/sandbox_rm_only.yaml` and `configs/sandbox_dynalize.yaml` (identical but for
+`penalties`) for every seed, as `python -m dynalize.run` subprocesses, `--parallel` at a time,
+into `<out>/<arm>_s<seed>/`; extra `key=value` overrides go to both arms. `--features` picks the
+sandbox RM's planted features: a named list of the sandbox (`default`, `alternative`) or a YAML /
+JSON file holding a list of features (see dynalize/tasks/sandbox/features.py). `--reuse` keeps
+runs that already finished with the same command and config file (not code changes);
+`--no-run` only reads what is in `<out>`.
+
+Then it prints, from the runs' held-out evaluations (`eval/task.jsonl`, every `eval_every` steps):
+
+  gold Peak (max over evaluations), End (mean over the last quarter of evaluations), Final (the
+  last one), and the mean RM score over End, each as mean ± sd over seeds;
+
+and the acceptance checks of the sandbox issue:
+
+  1. RM-only hacks: its RM keeps rising (RM at End above RM at the gold peak) while gold peaks
+     and falls by a clear margin (Peak − End ≥ 0.05); the margin is reported.
+  2. Discovery: the step each planted feature's pattern entered Dynalize's buffer. A penalty
+     matches a feature when its regex reacts to the feature: on clean corpus replies, adding the
+     feature (`Feature.insert`) raises the regex's match rate by ≥ 0.5. This matching lives here,
+     in the benchmark; the proposer never sees the list.
+  3. Suppression: the prevalence of each penalty's regex in training batches falls after it
+     enters (the mean over the batches 10–19 steps after entry, or over the last 5 batches, is
+     below the mean over the batches of steps entry−2 … entry; a policy needs some updates to
+     move); and at End the
+     held-out prevalence of every planted feature is lower under Dynalize than under RM-only.
+  4. Quality: Dynalize's gold End and Final beat RM-only's on every seed.
+  5. The buffer lives: retire and revive events (and which penalties they hit).
+
+Plots (matplotlib, Agg) go to `<out>/plots/`: `rm_gold.png` (held-out RM and gold against step,
+both arms), `prevalence.png` (each planted feature's held-out prevalence), `penalties.png` (the
+penalty timeline of each Dynalize seed). A `summary.json` keeps every number printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dynalize.tasks.sandbox import FEATURE_SETS, Feature  # noqa: E402  (the benchmark may know the list)
+from dynalize.tasks.sandbox.grammar import corpus  # noqa: E402
+
+ARMS = ("rm_only", "dynalize")
+LABEL = {"rm_only": "RM-only", "dynalize": "Dynalize"}
+MARGIN = 0.05
+"""A 'clear' fall of gold from its peak, in gold units (gold is in [0, 1])."""
+REACT = 0.5
+"""A penalty matches a feature when adding the feature raises its regex's match rate by this much."""
+
+
+# --- running ------------------------------------------------------------------------------------
+
+def load_features(spec: str) -> tuple[str, list[Feature]]:
+    if spec in FEATURE_SETS:
+        return spec, FEATURE_SETS[spec]()
+    path = Path(spec)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
+    if isinstance(data, dict):
+        data = data.get("features", data)
+    return path.stem, [Feature.model_validate(d) for d in data]
+
+
+def run_one(arm: str, seed: int, args: argparse.Namespace, features: list[Feature]) -> dict[str, Any]:
+    name = f"{arm}_s{seed}"
+    run_dir = Path(args.out) / name
+    feats = json.dumps([f.model_dump(exclude_none=True) for f in features])
+    cmd = [sys.executable, "-m", "dynalize.run", "--config", str(ROOT / "configs" / f"sandbox_{arm}.yaml"),
+           f"output_dir={args.out}", f"name={name}", f"seed={seed}", f"steps={args.steps}", "progress=false",
+           f"task.args.features={feats}", *args.overrides]
+    # the command and the config file's text (code changes are not detected: rerun without --reuse)
+    wanted = " ".join(cmd[3:]) + "\n" + (ROOT / "configs" / f"sandbox_{arm}.yaml").read_text(encoding="utf-8")
+    stamp = run_dir / "benchmark_cmd.txt"
+    if args.reuse and finished(run_dir, args.steps) and stamp.is_file() and stamp.read_text() == wanted:
+        return {"run": name, "seconds": None, "reused": True}
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    t0 = time.perf_counter()
+    with (run_dir.parent / f"{name}.log").open("w") as log:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}).returncode
+    if rc:
+        raise SystemExit(f"{name} failed (exit {rc}): see {run_dir.parent / f'{name}.log'}")
+    stamp.write_text(wanted)
+    return {"run": name, "seconds": time.perf_counter() - t0, "reused": False}
+
+
+def finished(run_dir: Path, steps: int) -> bool:
+    m = run_dir / "metrics.jsonl"
+    if not m.is_file():
+        return False
+    lines = m.read_text().splitlines()
+    return bool(lines) and json.loads(lines[-1])["step"] == steps - 1
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def evals(run_dir: Path) -> list[dict[str, Any]]:
+    return sorted(read_jsonl(run_dir / "eval" / "task.jsonl"), key=lambda d: d["version"])
+
+
+def end_window(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return rows[-max(1, math.ceil(len(rows) / 4)):]
+
+
+def batch_texts(run_dir: Path, step: int) -> list[str]:
+    return [d["replies"][-1] for d in read_jsonl(run_dir / "rollouts" / f"step_{step:06d}.jsonl")]
+
+
+def penalty_events(run_dir: Path) -> list[dict[str, Any]]:
+    events = [e for e in read_jsonl(run_dir / "penalties.jsonl") if e["event"] in ("add", "retire", "revive")]
+    regex = {e["id"]: e.get("regex") for e in events if e["event"] == "add"}
+    for e in events:
+        e["regex"] = regex.get(e["id"])
+    return events
+
+
+def clean_replies(features: list[Feature], n: int = 400) -> list[str]:
+    """Corpus replies that show none of the features: the base for the regex/feature matching."""
+    return [r for _, r in corpus(4 * n, seed=12345) if not any(f.present(r) for f in features)][:n]
+
+
+def feature_reaction(regex: str, feature: Feature, base: list[str]) -> float:
+    """How much adding `feature` to clean replies raises the match rate of `regex`."""
+    rx = re.compile(regex)
+    rng = random.Random(0)
+    with_f = [feature.insert(r, rng) for r in base]
+    return (sum(bool(rx.search(t)) for t in with_f) - sum(bool(rx.search(t)) for t in base)) / len(base)
+
+
+def match_feature(regex: str | None, features: list[Feature], base: list[str]) -> tuple[str | None, float]:
+    if not regex:
+        return None, 0.0
+    scores = {f.label: feature_reaction(regex, f, base) for f in features}
+    label = max(scores, key=scores.get)
+    return (label, scores[label]) if scores[label] >= REACT else (None, scores[label])
+
+
+def prevalence(regex: str, texts: list[str]) -> float:
+    rx = re.compile(regex)
+    return sum(bool(rx.search(t)) for t in texts) / len(texts) if texts else float("nan")
+
+
+# --- statistics and formatting ------------------------------------------------------------------
+
+def ms(values: list[float]) -> str:
+    values = [v for v in values if v == v]
+    if not values:
+        return "n/a"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {sd:.3f}"
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+# --- the analysis -------------------------------------------------------------------------------
+
+def analyse(out: Path, seeds: list[int], features: list[Feature]) -> dict[str, Any]:
+    labels = [f.label for f in features]
+    base = clean_replies(features)
+    res: dict[str, Any] = {"seeds": seeds, "features": labels, "runs": {}}
+    for arm in ARMS:
+        for seed in seeds:
+            rows = evals(out / f"{arm}_s{seed}")
+            if not rows:
+                raise SystemExit(f"no evaluations in {out / f'{arm}_s{seed}'}: run without --no-run first")
+            end = end_window(rows)
+            peak = max(rows, key=lambda d: d["gold"])
+            res["runs"][f"{arm}_s{seed}"] = {
+                "steps": [d["version"] for d in rows], "gold": [d["gold"] for d in rows],
+                "rm": [d["rm"] for d in rows],
+                "prev": {k: [d.get(f"feature/{k}", float("nan")) for d in rows] for k in labels},
+                "peak": peak["gold"], "peak_step": peak["version"], "rm_at_peak": peak["rm"],
+                "end": statistics.fmean(d["gold"] for d in end), "final": rows[-1]["gold"],
+                "rm_end": statistics.fmean(d["rm"] for d in end), "rm_first": rows[0]["rm"],
+                "end_steps": [end[0]["version"], end[-1]["version"]],
+                "prev_end": {k: statistics.fmean(d.get(f"feature/{k}", float("nan")) for d in end) for k in labels},
+            }
+    for seed in seeds:
+        run_dir = out / f"dynalize_s{seed}"
+        events = penalty_events(run_dir)
+        steps_logged = len(read_jsonl(run_dir / "metrics.jsonl"))
+        pens: dict[str, dict[str, Any]] = {}
+        for e in events:
+            p = pens.setdefault(e["id"], {"id": e["id"], "title": e["title"], "regex": e["regex"], "events": []})
+            p["events"].append((e["event"], e["step"]))
+        for p in pens.values():
+            p["feature"], p["reaction"] = match_feature(p["regex"], features, base)
+            entry = p["events"][0][1]
+            before = [prevalence(p["regex"], batch_texts(run_dir, s)) for s in range(max(0, entry - 2), entry + 1)]
+            after = [prevalence(p["regex"], batch_texts(run_dir, s))
+                     for s in range(entry + 10, min(steps_logged, entry + 20))]
+            last = [prevalence(p["regex"], batch_texts(run_dir, s))
+                    for s in range(max(0, steps_logged - 5), steps_logged)]
+            p["prev_before"] = statistics.fmean(before) if before else float("nan")
+            p["prev_at"] = prevalence(p["regex"], batch_texts(run_dir, entry))
+            p["prev_after"] = statistics.fmean(after) if after else float("nan")
+            p["prev_last"] = statistics.fmean(last) if last else float("nan")
+        res["runs"][f"dynalize_s{seed}"]["penalties"] = list(pens.values())
+    return res
+
+
+def report(res: dict[str, Any], name: str) -> tuple[str, dict[str, bool]]:
+    seeds, labels, runs = res["seeds"], res["features"], res["runs"]
+    out: list[str] = []
+    rows = []
+    for arm in ARMS:
+        r = [runs[f"{arm}_s{s}"] for s in seeds]
+        rows.append([LABEL[arm], ms([x["peak"] for x in r]), ms([x["end"] for x in r]),
+                     ms([x["final"] for x in r]), ms([x["rm_end"] for x in r])])
+    steps = runs[f"rm_only_s{seeds[0]}"]["steps"]
+    out.append(f"## Sandbox, feature list `{name}` ({', '.join(labels)}): {len(seeds)} seeds "
+               f"({', '.join(map(str, seeds))}), {steps[-1]} steps, held-out evaluation every "
+               f"{steps[1] - steps[0] if len(steps) > 1 else '?'} steps\n")
+    out.append(table(rows, ["method", "gold Peak", "gold End", "gold Final", "RM (End)"]))
+    out.append("\nmean ± sd over seeds; End = mean of the last quarter of evaluations "
+               f"(steps {runs[f'rm_only_s{seeds[0]}']['end_steps'][0]}–{steps[-1]}).\n")
+    checks: dict[str, bool] = {}
+
+    # 1. RM-only hacks
+    rows, ok1 = [], True
+    for s in seeds:
+        r = runs[f"rm_only_s{s}"]
+        margin = r["peak"] - r["end"]
+        ok = margin >= MARGIN and r["rm_end"] > r["rm_at_peak"] and r["peak_step"] < r["end_steps"][0]
+        ok1 &= ok
+        rows.append([s, f"{r['rm_first']:.3f}", f"{r['rm_at_peak']:.3f}", f"{r['rm_end']:.3f}",
+                     f"{r['peak']:.3f} @ {r['peak_step']}", f"{r['end']:.3f}", f"{margin:+.3f}",
+                     f"{r['peak'] - r['final']:+.3f}", verdict(ok)])
+    checks["1 RM-only hacks"] = ok1
+    out.append(f"### 1. RM-only hacks: {verdict(ok1)} (RM End > RM at gold peak, peak before End, "
+               f"Peak − End ≥ {MARGIN})\n")
+    out.append(table(rows, ["seed", "RM first", "RM @ gold peak", "RM End", "gold Peak @ step", "gold End",
+                            "margin Peak−End", "Peak−Final", "ok"]))
+
+    # 2. Discovery
+    rows, ok2 = [], True
+    other = []
+    for s in seeds:
+        pens = runs[f"dynalize_s{s}"]["penalties"]
+        row = [s]
+        for k in labels:
+            hits = [p for p in pens if p["feature"] == k]
+            row.append(", ".join(f"{p['events'][0][1]} ({p['id']})" for p in hits) if hits else "—")
+            ok2 &= bool(hits)
+        rows.append(row)
+        other += [f"s{s} {p['id']} @{p['events'][0][1]} \"{p['title']}\"" for p in pens if p["feature"] is None]
+    checks["2 Discovery"] = ok2
+    out.append(f"\n### 2. Discovery: {verdict(ok2)} (step each planted feature's pattern entered the "
+               "buffer; penalty id)\n")
+    out.append(table(rows, ["seed", *labels]))
+    out.append("\nPenalties (regex reaction to the matched feature in brackets):")
+    for s in seeds:
+        for p in runs[f"dynalize_s{s}"]["penalties"]:
+            ev = " ".join(f"{e}@{st}" for e, st in p["events"])
+            out.append(f"  s{s} {p['id']} {p['title']!r:48} -> {p['feature'] or 'no planted feature'} "
+                       f"[{p['reaction']:+.2f}]  {ev}")
+    if other:
+        out.append(f"Not a planted feature: {len(other)} penalties.")
+
+    # 3. Suppression
+    rows, ok3a, ok3b = [], True, True
+    for s in seeds:
+        for p in runs[f"dynalize_s{s}"]["penalties"]:
+            later = min(x for x in (p["prev_after"], p["prev_last"]) if x == x)
+            fell = later < p["prev_before"]
+            if p["feature"] is not None:
+                ok3a &= fell
+            rows.append([f"s{s} {p['id']}", p["feature"] or "—", p["events"][0][1], f"{p['prev_before']:.2f}",
+                         f"{p['prev_at']:.2f}", f"{p['prev_after']:.2f}", f"{p['prev_last']:.2f}",
+                         "falls" if fell else "does not fall"])
+    out.append("\n### 3. Suppression")
+    out.append("\n(a) prevalence of each penalty's regex in training batches: around entry (the batches "
+               "of steps entry−2 … entry), at entry, 10–19 steps after entry, and the last 5 steps; it falls when either "
+               "later window is below the first\n")
+    out.append(table(rows, ["penalty", "feature", "entered", "around entry", "at", "+10…+19", "last 5", ""]))
+    rows = []
+    for k in labels:
+        row = [k]
+        for s in seeds:
+            a, b = runs[f"rm_only_s{s}"]["prev_end"][k], runs[f"dynalize_s{s}"]["prev_end"][k]
+            ok3b &= b < a
+            row.append(f"{a:.2f} / {b:.2f} {'ok' if b < a else 'NOT BELOW'}")
+        rows.append(row)
+    out.append("\n(b) held-out prevalence over End, RM-only / Dynalize, per seed\n")
+    out.append(table(rows, ["feature", *[f"seed {s}" for s in seeds]]))
+    checks["3a Suppression after entry (planted)"] = ok3a
+    checks["3b Dynalize below RM-only at End"] = ok3b
+    out.append(f"\n3(a) {verdict(ok3a)} for the penalties that match a planted feature; "
+               f"3(b) {verdict(ok3b)}.")
+
+    # 4. Quality
+    rows, ok4 = [], True
+    for s in seeds:
+        a, b = runs[f"rm_only_s{s}"], runs[f"dynalize_s{s}"]
+        ok = b["end"] > a["end"] and b["final"] > a["final"]
+        ok4 &= ok
+        rows.append([s, f"{a['end']:.3f}", f"{b['end']:.3f}", f"{a['final']:.3f}", f"{b['final']:.3f}", verdict(ok)])
+    checks["4 Quality"] = ok4
+    out.append(f"\n### 4. Quality: {verdict(ok4)} (Dynalize's gold End and Final above RM-only's on every seed)\n")
+    out.append(table(rows, ["seed", "RM-only End", "Dynalize End", "RM-only Final", "Dynalize Final", "ok"]))
+
+    # 5. The buffer lives
+    rows, retires, revives = [], 0, 0
+    for s in seeds:
+        pens = runs[f"dynalize_s{s}"]["penalties"]
+        ret = [f"{p['id']}@{st}" for p in pens for e, st in p["events"] if e == "retire"]
+        rev = [f"{p['id']}@{st}" for p in pens for e, st in p["events"] if e == "revive"]
+        retires, revives = retires + len(ret), revives + len(rev)
+        rows.append([s, len(pens), len(ret), " ".join(ret) or "—", len(rev), " ".join(rev) or "—"])
+    ok5 = retires > 0 and revives > 0
+    checks["5 Buffer lives"] = ok5
+    out.append(f"\n### 5. The buffer lives: {verdict(ok5)} ({retires} retires, {revives} revives over all seeds)\n")
+    out.append(table(rows, ["seed", "penalties", "retires", "retired (id@step)", "revives", "revived (id@step)"]))
+
+    out.append("\n### Summary\n")
+    out.append(table([[k, verdict(v)] for k, v in checks.items()], ["criterion", "result"]))
+    return "\n".join(out), checks
+
+
+# --- plots --------------------------------------------------------------------------------------
+
+def plots(res: dict[str, Any], plot_dir: Path, name: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    seeds, labels, runs = res["seeds"], res["features"], res["runs"]
+    colors = {"rm_only": "tab:red", "dynalize": "tab:blue"}
+    written = []
+
+    def mean_curve(arm: str, key: str) -> tuple[list[int], list[float]]:
+        curves = [runs[f"{arm}_s{s}"][key] for s in seeds]
+        n = min(map(len, curves))
+        return runs[f"{arm}_s{seeds[0]}"]["steps"][:n], [statistics.fmean(c[i] for c in curves) for i in range(n)]
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in zip(axes, ("rm", "gold"), ("held-out RM score", "held-out gold quality")):
+        for arm in ARMS:
+            for s in seeds:
+                r = runs[f"{arm}_s{s}"]
+                ax.plot(r["steps"], r[key], color=colors[arm], alpha=0.25, lw=0.8)
+            x, y = mean_curve(arm, key)
+            ax.plot(x, y, color=colors[arm], lw=2, label=f"{LABEL[arm]} (mean of {len(seeds)} seeds)")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(f"Sandbox, feature list '{name}'")
+    fig.tight_layout()
+    written.append(plot_dir / "rm_gold.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(labels), figsize=(3.6 * len(labels), 3.4), squeeze=False)
+    for ax, k in zip(axes[0], labels):
+        for arm in ARMS:
+            curves = [runs[f"{arm}_s{s}"]["prev"][k] for s in seeds]
+            n = min(map(len, curves))
+            x = runs[f"{arm}_s{seeds[0]}"]["steps"][:n]
+            ax.plot(x, [statistics.fmean(c[i] for c in curves) for i in range(n)], color=colors[arm],
+                    lw=2, label=LABEL[arm])
+        for s in seeds:
+            for p in runs[f"dynalize_s{s}"]["penalties"]:
+                if p["feature"] == k:
+                    ax.axvline(p["events"][0][1], color=colors["dynalize"], ls=":", alpha=0.6)
+        ax.set_title(k)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out prevalence")
+    axes[0][0].legend()
+    fig.suptitle(f"Planted features in held-out replies (dotted: a matching penalty enters), list '{name}'")
+    fig.tight_layout()
+    written.append(plot_dir / "prevalence.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    n_pens = [max(1, len(runs[f"dynalize_s{s}"]["penalties"])) for s in seeds]
+    fig, axes = plt.subplots(len(seeds), 1, figsize=(11, 0.9 + 0.42 * sum(n_pens) + 0.5 * len(seeds)),
+                             squeeze=False, gridspec_kw={"height_ratios": n_pens})
+    last_step = max(max([runs[f"dynalize_s{s}"]["steps"][-1]] + [st for p in runs[f"dynalize_s{s}"]["penalties"]
+                                                                 for _, st in p["events"]]) for s in seeds)
+    for ax, s in zip(axes[:, 0], seeds):
+        pens = runs[f"dynalize_s{s}"]["penalties"]
+        for i, p in enumerate(pens):
+            start = None
+            for e, st in p["events"] + [("end", last_step)]:
+                if e in ("add", "revive"):
+                    start = st
+                elif start is not None:
+                    ax.barh(i, st - start, left=start, height=0.6,
+                            color="tab:green" if p["feature"] else "tab:gray", alpha=0.8)
+                    start = None
+                if e == "revive":
+                    ax.plot(st, i, marker=">", color="black", ms=6)
+                if e == "retire":
+                    ax.plot(st, i, marker="x", color="black", ms=6)
+        ax.set_yticks(range(len(pens)))
+        ax.set_yticklabels([f"{p['id']} {p['title'][:40]}" + (f"  [{p['feature']}]" if p["feature"] else "")
+                            for p in pens], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlim(0, last_step)
+        ax.set_ylabel(f"seed {s}")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("step (bars: active; x: retired; >: revived; green: matches a planted feature)")
+    fig.suptitle(f"Dynalize penalty buffer, feature list '{name}'")
+    fig.tight_layout()
+    written.append(plot_dir / "penalties.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--features", default="default", help="default, alternative, or a YAML/JSON file")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--parallel", type=int, default=2, help="runs at once (each uses torch_threads threads)")
+    ap.add_argument("--out", default=None, help="runs and plots go here (default runs/sandbox_table_<features>)")
+    ap.add_argument("--reuse", action="store_true", help="keep finished runs made with the same command")
+    ap.add_argument("--no-run", action="store_true", help="only analyse the runs already in --out")
+    ap.add_argument("overrides", nargs="*", help="dotted overrides for both arms, e.g. trainer.lr=2e-4")
+    args = ap.parse_args(argv)
+    name, features = load_features(args.features)
+    args.out = str(Path(args.out or ROOT / "runs" / f"sandbox_table_{name}").resolve())
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if not args.no_run:
+        jobs = [(arm, s) for s in args.seeds for arm in ARMS]
+        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+            done = list(pool.map(lambda j: run_one(j[0], j[1], args, features), jobs))
+        for d in done:
+            how = "reused" if d["reused"] else f"{d['seconds']:.0f} s"
+            print(f"run {d['run']}: {how}", file=sys.stderr)
+    res = analyse(Path(args.out), args.seeds, features)
+    text, checks = report(res, name)
+    wall = time.perf_counter() - t0
+    print(text)
+    print(f"\n(wall time of this invocation: {wall / 60:.1f} min; runs in {args.out})")
+    written = plots(res, Path(args.out) / "plots", name)
+    print("plots: " + ", ".join(str(p) for p in written))
+    res["checks"] = checks
+    (Path(args.out) / "summary.json").write_text(json.dumps(res, indent=1, default=str))
+    (Path(args.out) / "table.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""A short Dynalize arm of the sandbox experiment: the lexical proposer, never told the planted
+features, puts a penalty in the buffer whose regex reacts to one of them.
+
+"Reacts": on clean corpus replies, adding the feature (`Feature.insert`) raises the regex's match
+rate by at least 0.5 (the same test as benchmarks/sandbox_table.py). 8 prompts × 8 samples,
+a proposal every 5 steps over the whole batch, 20 steps: about 30 s on one CPU thread.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import anyio
+import pytest
+
+from dynalize.config import load_config
+from dynalize.run import train
+from dynalize.runlog import read_jsonl
+from dynalize.tasks.sandbox import default_features
+from dynalize.tasks.sandbox.grammar import corpus
+
+STEPS = 20
+
+
+def reaction(regex: str, feature, base: list[str]) -> float:
+    rx = re.compile(regex)
+    rng = random.Random(0)
+    with_f = sum(bool(rx.search(feature.insert(r, rng))) for r in base)
+    return (with_f - sum(bool(rx.search(r)) for r in base)) / len(base)
+
+
+@pytest.mark.slow
+def test_dynalize_discovers_a_planted_feature(tmp_path):
+    cfg = load_config("configs/sandbox_dynalize.yaml", [
+        f"output_dir={tmp_path}", "name=short", f"steps={STEPS}", "batch_size=64", "group_size=8",
+        "eval_every=0", "progress=false", "torch_threads=1", "penalties.view_per_group=8",
+    ])
+    assert cfg.penalties.enabled and cfg.penalties.proposer.engine == "lexical"
+    assert cfg.penalties.judge.engine == "regex"
+    history = anyio.run(train, cfg, False)
+    assert len(history) == STEPS
+
+    events = read_jsonl(tmp_path / "short" / "penalties.jsonl")
+    adds = [e for e in events if e["event"] == "add"]
+    assert adds, "the proposer added no penalty"
+    features = default_features()
+    base = [r for _, r in corpus(800, seed=1) if not any(f.present(r) for f in features)][:200]
+    matched = {}
+    for e in adds:
+        scores = {f.label: reaction(e["regex"], f, base) for f in features}
+        best = max(scores, key=scores.get)
+        if scores[best] >= 0.5:
+            matched[e["id"]] = (best, e["title"], e["step"])
+    assert matched, f"no penalty matches a planted feature: {[e['title'] for e in adds]}"
+
+    # the penalty is judged on the batches after it entered, and costs reward where it triggers
+    pid, (label, title, step) = next(iter(matched.items()))
+    later = [json.loads(line) for line in
+             (tmp_path / "short" / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+    assert all(pid in r["verdicts"] for r in later)
+    for r in later:
+        assert r["reward"] == pytest.approx(r["rm_score"] - 0.5 * r["violations"])
