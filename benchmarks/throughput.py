@@ -33,43 +33,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # so the task resolves as `benchmarks.throughput:BenchTask`
-    sys.path.insert(0, str(ROOT))
+if str(ROOT / "tests") not in sys.path:  # the toy task and its vowel reward live with the tests
+    sys.path.insert(0, str(ROOT / "tests"))
 
-from dynalize.backends.base import RewardModel
-from dynalize.tasks.base import Task
-from dynalize.types import Message, Prompt
+from toytask import TOPICS, vowel_share  # noqa: E402
 
 TARGET = 1.5
 PROMPTS_PER_STEP, GROUP, MAX_NEW_TOKENS, LR, MICRO_BATCH = 8, 8, 64, 1e-6, 16
-TOPICS = ["sea", "forest", "city", "river", "moon", "rain", "music", "garden", "desert", "winter", "stars", "bread"]
 
 
 def prompt_text(topic: str) -> str:
-    return f"Write about the {topic}."
-
-
-def vowel_share(text: str) -> float:
-    """The shared reward (as in tests/toytask.py): share of vowels among the reply's letters."""
-    letters = [c for c in text.lower() if c.isalpha()]
-    return sum(c in "aeiou" for c in letters) / len(letters) if letters else 0.0
-
-
-class VowelRM(RewardModel):
-    async def score(self, items):
-        return [vowel_share(x if isinstance(x, str) else x[-1].content) for x in items]
-
-
-class BenchTask(Task):
-    """The benchmark's task for dynalize: the topic prompts and the vowel reward."""
-
-    description = "Short texts about a topic."
-
-    def prompts(self, split):
-        return [Prompt(f"{split}-{t}", [Message("user", prompt_text(t))]) for t in TOPICS]
-
-    def reward_model(self):
-        return VowelRM()
+    return f"Write about the {topic}."  # as toytask.ToyTask words it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,7 +65,7 @@ def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None,
         "generator.engine=hf", f"generator.max_new_tokens={MAX_NEW_TOKENS}", "generator.temperature=1.0",
         f"generator.batch_size={PROMPTS_PER_STEP * GROUP}",
         "reward_model.engine=task", f"trainer.lr={LR}", f"trainer.micro_batch_size={MICRO_BATCH}",
-        "task.name=benchmarks.throughput:BenchTask", "penalties.enabled=false",
+        "task.name=toytask:ToyTask", "penalties.enabled=false",
     ]
     if async_level is not None:
         overrides.append(f"async_level={async_level}")
