@@ -19,7 +19,7 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from .config import ConfigError, RunConfig, dump_config, load_config, read_yaml, validate
+from .config import ConfigError, RunConfig, dump_config, load_config
 from .runlog import RunDir, load_checkpoint
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
@@ -42,13 +42,14 @@ def setup_logging(level: str = "INFO") -> None:
     )
 
 
-def set_torch_threads(cfg: RunConfig) -> None:
-    """Generation and training run in two threads at once: on a CPU, two torch calls that each
-    take every core oversubscribe it (OpenMP spin-waits) and can be many times slower."""
+def set_torch_threads(threads: int = 0) -> None:
+    """On a CPU, torch threads per call (0 = half the cores). Generation and training (or the event
+    loop's worker threads) run torch at once: two calls that each take every core oversubscribe it
+    (OpenMP spin-waits) and can be many times slower."""
     import torch
 
     if not torch.cuda.is_available():
-        torch.set_num_threads(cfg.torch_threads or max(1, (os.cpu_count() or 2) // 2))
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 2) // 2))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,12 +66,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         saved = Path(args.resume) / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"config error: {args.resume} is not a run directory (no config.yaml)")
-        data = read_yaml(saved)
-        from .config import _set_dotted, parse_override
-
-        for item in args.overrides:
-            _set_dotted(data, *parse_override(item))
-        cfg = validate(data)
+        cfg = load_config(saved, args.overrides)
         cfg.output_dir, cfg.name = str(Path(args.resume).parent), Path(args.resume).name
         return cfg
     return load_config(args.config or DEFAULT_CONFIG, args.overrides)
@@ -80,7 +76,7 @@ def follow(cfg: RunConfig) -> None:
     """Ranks > 0 under `accelerate launch`: hold a shard of the learner and follow rank 0."""
     from .backends.accelerate import AccelerateLearner
 
-    set_torch_threads(cfg)
+    set_torch_threads(cfg.torch_threads)
     AccelerateLearner(cfg.policy.path, cfg.trainer, temperature=cfg.generator.temperature,
                       dtype=cfg.policy.dtype).serve()
 
@@ -91,7 +87,7 @@ async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
 
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    set_torch_threads(cfg)
+    set_torch_threads(cfg.torch_threads)
     parts = build_parts(cfg, run_dir)
     start, inflight, dropped = 0, {}, 0
     if resume:

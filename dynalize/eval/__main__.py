@@ -140,23 +140,16 @@ def results_table(bench: str, rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def cpu_threads() -> int:
-    """Torch threads for generating on a CPU: generation runs in a worker thread next to the event
-    loop, and torch taking every core there oversubscribes it (OpenMP spin-waits, many times slower)."""
-    return max(1, (os.cpu_count() or 2) // 2)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from ..run import setup_logging
+    from ..run import set_torch_threads, setup_logging
 
     setup_logging(args.log_level.upper())
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     threads = torch.get_num_threads()
-    if not torch.cuda.is_available():
-        torch.set_num_threads(cpu_threads())
+    set_torch_threads()  # generation runs in a worker thread beside the event loop
     try:
         protocol, settings = build_protocol(args)
         rows = anyio.run(functools.partial(evaluate_run, args.run, args.bench, protocol, settings=settings,
