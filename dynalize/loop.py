@@ -132,10 +132,9 @@ def split_stale(groups: list[list[Rollout]], version: int, max_off_policy: int) 
     return kept, dropped, staleness
 
 
-async def score_batch(p: Parts, batch: Batch) -> None:
-    """RM score per policy reply (a rollout's score is their mean), RM-only advantages, then
-    the penalty judge (Dynalize) or reward = RM (baseline)."""
-    rollouts = batch.rollouts
+async def set_rm_scores(p: Parts, rollouts: list[Rollout]) -> None:
+    """RM score per policy reply, on the conversation up to it, in one RM call; a rollout's
+    `rm_score` is the mean over its replies."""
     inputs = [(r, x) for r in rollouts for x in rm_inputs(p.task, r)]
     scores = await p.reward_model.score([x for _, x in inputs])
     for r in rollouts:
@@ -144,6 +143,12 @@ async def score_batch(p: Parts, batch: Batch) -> None:
         r.rm_scores.append(float(s))
     for r in rollouts:
         r.rm_score = statistics.fmean(r.rm_scores)
+
+
+async def score_batch(p: Parts, batch: Batch) -> None:
+    """RM scores, RM-only advantages, then the penalty judge (Dynalize) or reward = RM (baseline)."""
+    rollouts = batch.rollouts
+    await set_rm_scores(p, rollouts)
     for g in batch.groups:
         mean = statistics.fmean(r.rm_score for r in g)
         for r in g:
@@ -228,12 +233,8 @@ class Trainer:
         replies = [r.replies[-1] for r in rollouts]
         prompts = [pr for pr in self.eval_prompts for _ in range(n)]
         metrics = await self.p.task.evaluate(prompts, replies)
-        inputs = [(i, x) for i, r in enumerate(rollouts) for x in rm_inputs(self.p.task, r)]
-        scores = await self.p.reward_model.score([x for _, x in inputs])
-        per_rollout: dict[int, list[float]] = {}
-        for (i, _), s in zip(inputs, scores):
-            per_rollout.setdefault(i, []).append(s)
-        metrics = {**metrics, "rm": statistics.fmean(statistics.fmean(v) for v in per_rollout.values())}
+        await set_rm_scores(self.p, rollouts)
+        metrics = {**metrics, "rm": statistics.fmean(r.rm_score for r in rollouts)}
         append_jsonl(self.p.run.root / "eval" / "task.jsonl", {"version": version, **metrics})
         self.p.run.log_rollouts(version, rollouts, name="eval")
         return {f"eval/{k}": v for k, v in metrics.items()}
