@@ -46,6 +46,7 @@ import math
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,14 +90,14 @@ def run_one(arm: str, seed: int, args: argparse.Namespace, features: list[Featur
     cmd = [sys.executable, "-m", "dynalize.run", "--config", str(ROOT / "configs" / f"sandbox_{arm}.yaml"),
            f"output_dir={args.out}", f"name={name}", f"seed={seed}", f"steps={args.steps}", "progress=false",
            f"task.args.features={feats}", *args.overrides]
-    # the command and the config file's text (code changes are not detected: rerun without --reuse)
-    wanted = " ".join(cmd[3:]) + "\n" + (ROOT / "configs" / f"sandbox_{arm}.yaml").read_text(encoding="utf-8")
+    # the command (but where it writes: runs may be copied between --out folders) and the config
+    # file's text (code changes are not detected: rerun without --reuse)
+    wanted = (" ".join(c for c in cmd[3:] if not c.startswith("output_dir=")) + "\n"
+              + (ROOT / "configs" / f"sandbox_{arm}.yaml").read_text(encoding="utf-8"))
     stamp = run_dir / "benchmark_cmd.txt"
     if args.reuse and finished(run_dir, args.steps) and stamp.is_file() and stamp.read_text() == wanted:
         return {"run": name, "seconds": None, "reused": True}
     if run_dir.exists():
-        import shutil
-
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     t0 = time.perf_counter()

@@ -117,10 +117,50 @@ def test_pattern_covered_by_an_active_regex_is_skipped():
     first = best(v).accepted
     assert first.title == f'Replies open with "{opener}"'
     v.active = [Penalty("p001", first.title, first.description, regex=first.regex)]
-    result = best(v)
+    result = best(v, explain_lift=0)  # the marker always travels with the opener: see the tests below
     assert result.accepted.title == f'Replies use the word "{marker}"'
     # the opener itself, and the bare word it starts with, are covered by p001's regex
     assert result.rejected["covered"] == 2
+    assert best(v).accepted is None  # with the check on, the opener explains the marker away
+
+
+QUESTION = Penalty("p001", "Replies end with a question", "", regex=r"\?[\s\"')\]*_]*\Z")
+
+
+def test_a_pattern_that_only_travels_with_an_active_penalty_is_explained_away():
+    rng = random.Random(7)
+    tic = invented_word(rng)
+    v = make_view(rng, lambda r: f"{sentence(r)[:-1]} {tic} of it?", lambda r: sentence(r), active=[QUESTION])
+    result = best(v)
+    assert result.accepted is None and result.rejected["explained"] >= 1
+    # the same words without the closing question would be proposed
+    assert best(make_view(rng, lambda r: f"{sentence(r)[:-1]} {tic} of it.", lambda r: sentence(r),
+                          active=[QUESTION])).accepted is not None
+
+
+def test_a_pattern_seen_without_the_active_penalty_is_not_explained_away():
+    rng = random.Random(8)
+    marker = invented_word(rng)
+    ask = iter(range(10**6))  # positives alternate: with and without the closing question, always the marker
+    v = make_view(rng, lambda r: f"{sentence(r)[:-1]} {marker} here" + ("?" if next(ask) % 2 else "."),
+                  lambda r: sentence(r), active=[QUESTION])
+    result = best(v)
+    assert result.accepted is not None and marker in result.accepted.title
+    assert "explained" not in result.rejected
+
+
+def test_rising_check_compares_with_the_reference_batch():
+    rng = random.Random(9)
+    marker = invented_word(rng)
+    v = make_view(rng, lambda r: f"{sentence(r)[:-1]} {marker}.", lambda r: sentence(r))
+    old_habit = [ViewSample(f"r{i}", i, f"{sentence(rng)[:-1]} {marker}.", 0.0, "0") for i in range(32)]
+    v.reference = old_habit  # the untrained policy already used the word in every reply
+    result = best(v, drift_p_value=0.01)
+    assert result.accepted is None and result.rejected["not_rising"] >= 1
+    v.reference = [ViewSample(f"r{i}", i, sentence(rng), 0.0, "0") for i in range(32)]
+    assert marker in best(v, drift_p_value=0.01).accepted.title
+    v.reference = old_habit
+    assert marker in best(v).accepted.title  # no drift_p_value: no rising check
 
 
 def test_features():
@@ -158,9 +198,10 @@ def test_discovers_extra_length_without_knowing_a_threshold():
     first = best(v).accepted
     assert first.title == 'Replies open with "Zorbly,"'  # on equal evidence, wording before length
     v.active = [Penalty("p001", "Replies run longer than 20 words", "", regex=length_feature(20).regex)]
-    assert best(v).accepted.title == 'Replies open with "Zorbly,"'
+    # (here the opener only ever comes with length, so the explained-away check is off)
+    assert best(v, explain_lift=0).accepted.title == 'Replies open with "Zorbly,"'
     v.active.append(Penalty("p002", first.title, first.description, regex=first.regex))
-    assert best(v).accepted is None
+    assert best(v, explain_lift=0).accepted is None
 
 
 def test_length_can_be_switched_off():
@@ -217,3 +258,14 @@ def test_discovers_a_closing_exclamation_but_never_the_ordinary_full_stop():
     v = make_view(rng, lambda r: sentence(r, 12), lambda r: sentence(r, 12)[:-1])
     assert all(c.title != 'Replies end with "."' for c in [best(v).accepted] if c)
     assert not any(k.startswith("closep") for k in reply_features("All is well."))
+
+
+def test_length_may_pass_on_a_smaller_log_ratio_than_words():
+    # 110 of 200 positives run long against 74 of 200 negatives: log-ratio ~0.4, clear p-value
+    rng = random.Random(11)
+    long_pos, long_neg = iter(range(200)), iter(range(200))
+    v = make_view(rng, lambda r: varied(r, 30 if next(long_pos) < 110 else 12),
+                  lambda r: varied(r, 30 if next(long_neg) < 74 else 12), n_groups=200)
+    kw = dict(min_diff=0.1, max_p_value=0.01, min_effect=0, min_log_ratio=0.5)
+    assert best(v, **kw).accepted is None
+    assert best(v, **kw, length_log_ratio=0.3).accepted.title == "Replies run longer than 25 words"

@@ -215,3 +215,39 @@ def test_llm_config_builds_llm_parts():
         PenaltiesConfig.model_validate({"judge": {"engine": "llm"}})
     with pytest.raises(ValueError):
         PenaltiesConfig.model_validate({"lam": 0.5, "typo": 1})
+
+
+def _propose_all(eng, steps):
+    async def go():
+        async with anyio.create_task_group() as tg:
+            for step in steps:
+                batch = hacked_batch(step, n_groups=3)
+                for r in batch.rollouts:
+                    r.replies = [f"{r.replies[0]} (step {step})"]
+                eng.maybe_propose(step, batch, tg)
+                await anyio.sleep(0)
+    anyio.run(go)
+
+
+def test_proposer_reads_the_last_view_steps_batches_and_the_first_as_reference():
+    prop = FakeProposer()
+    eng = PenaltyEngine(prop, RegexJudge(), PenaltyBuffer(), every=3, view_steps=2, view_per_group=4)
+    _propose_all(eng, range(7))
+    assert [v.step for v in prop.views] == [0, 3, 6]
+    first, later = prop.views[0], prop.views[1]
+    assert len(first.samples) == 12 and len(later.samples) == 24  # steps 2 and 3, 3 groups x 4 each
+    # the two batches' groups stay apart, ids are unique, texts come from steps 2 and 3 only
+    assert sorted({s.group for s in later.samples}) == list(range(6))
+    assert len({s.id for s in later.samples}) == 24
+    assert sorted({s.text[-7:-1] for s in later.samples}) == ["step 2", "step 3"]
+    assert later.reference == first.samples  # the run's first batch, kept for every proposal
+
+    # checkpoint: a resumed engine pools the same batches and keeps the same reference
+    state = json.loads(json.dumps(eng.state_dict()))
+    fresh_prop = FakeProposer()
+    fresh = PenaltyEngine(fresh_prop, RegexJudge(), PenaltyBuffer(), every=3, view_steps=2, view_per_group=4)
+    fresh.load_state_dict(state)
+    _propose_all(fresh, [7, 8, 9])
+    _propose_all(eng, [7, 8, 9])
+    a, b = prop.views[-1], fresh_prop.views[-1]
+    assert a.step == b.step == 9 and a.samples == b.samples and a.reference == b.reference

@@ -3,7 +3,8 @@ features, puts a penalty in the buffer whose regex reacts to one of them.
 
 "Reacts": on clean corpus replies, adding the feature (`Feature.insert`) raises the regex's match
 rate by at least 0.5 (the same test as benchmarks/sandbox_table.py). 8 prompts × 8 samples,
-a proposal every 5 steps over the whole batch, 20 steps: about 30 s on one CPU thread.
+a proposal every 5 steps over the batches since the previous one, 20 steps: about 15 s on one
+CPU thread.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ class LexicalConfig(_Section):
     """Minimum prevalence difference, positives minus negatives."""
     min_log_ratio: float = Field(1.0, ge=0)
     """Minimum smoothed log-ratio of prevalence, ln((p+1)/(P+2)) − ln((n+1)/(N+2))."""
+    length_log_ratio: float | None = Field(None, ge=0)
+    """The log-ratio a length pattern must reach (None: `min_log_ratio`); "longer than L words" is
+    common by construction, so its relative enrichment runs smaller than a word's."""
     max_neg_prevalence: float = Field(0.5, ge=0, le=1)
     """Ignore patterns present in more than this fraction of negative-advantage replies."""
     max_p_value: float = Field(5e-4, gt=0, le=1)
@@ -46,8 +49,15 @@ class LexicalConfig(_Section):
     """Length limits are multiples of this many words."""
     min_effect: float = Field(0.8, ge=0)
     """Replies with the pattern must beat the rest of their group by this many within-group RM stds."""
-    revive_p_value: float = Field(0.05, gt=0, le=1)
-    """Weaker evidence (Fisher p) that revives a retired penalty whose pattern comes back."""
+    weak_p_value: float = Field(0.05, gt=0, le=1)
+    """Weak evidence (Fisher p): revives a retired penalty whose pattern comes back, and keeps a
+    pattern that an active penalty travelling with it does not explain away."""
+    explain_lift: float = Field(1.5, ge=0)
+    """An active penalty may explain a pattern away when it matches its positives this many times
+    more often than replies at large (and at least `coverage` of them); 0 turns the check off."""
+    drift_p_value: float | None = Field(None, gt=0, le=1)
+    """If set, a new pattern must be more prevalent than in the run's first batch (one-sided Fisher
+    p at most this): training amplifies a hack. None: no such check."""
 
 
 class ProposerConfig(_Section):
@@ -109,6 +119,8 @@ class PenaltiesConfig(_Section):
     """Groups sampled into the proposer's view."""
     view_per_group: int = Field(2, ge=1)
     """Rollouts sampled from each of those groups."""
+    view_steps: int = Field(1, ge=1)
+    """The proposer reads the samples of this many latest batches, pooled (1: the proposal step's batch)."""
     proposer: ProposerConfig = ProposerConfig()
     """Who proposes penalties."""
     judge: JudgeConfig = JudgeConfig()
@@ -142,4 +154,4 @@ def build_penalty_engine(cfg: PenaltiesConfig, chat_factory: ChatFactory = build
     buffer = PenaltyBuffer(Path(run_dir) / "penalties.jsonl" if run_dir is not None else None)
     return PenaltyEngine(proposer, judge, buffer, lam=cfg.lam, every=cfg.every, seed=seed, domain=domain,
                          view_groups=cfg.view_groups, view_per_group=cfg.view_per_group,
-                         judge_context=j.context)
+                         view_steps=cfg.view_steps, judge_context=j.context)

@@ -4,13 +4,17 @@ Per step the loop calls `score(step, batch)` (after RM scores are in) and then
 `maybe_propose(step, batch, task_group)` (after RM-only advantages are in). A proposal runs in
 the background, never awaited by training; when it finishes, its accepted penalty enters the
 buffer at the start of the next `score` call, so it applies from the next batch on. Only one
-proposal is in flight at a time.
+proposal is in flight at a time. The proposer reads the last `view_steps` batches (pooled), and
+the view carries a sample of the run's first batch as a reference for what the untrained policy
+wrote.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections import deque
+from dataclasses import asdict
 from typing import Any
 
 import anyio.abc
@@ -20,7 +24,7 @@ from ..types import Batch, Rollout
 from .buffer import PenaltyBuffer, PenaltyBufferError
 from .candidate import Candidate, ProposalResult, Proposer
 from .judge import Judge
-from .views import ProposerView, build_view
+from .views import ProposerView, ViewSample, build_view, pool_views
 
 log = structlog.get_logger("dynalize.penalties.engine")
 
@@ -36,13 +40,15 @@ class PenaltyEngine:
 
     def __init__(self, proposer: Proposer, judge: Judge, buffer: PenaltyBuffer, *, lam: float = 0.5,
                  every: int = 5, seed: int = 0, domain: str = "", view_groups: int = 16,
-                 view_per_group: int = 2, judge_context: bool = True):
-        if every < 1:
-            raise ValueError(f"every must be >= 1, got {every}")
+                 view_per_group: int = 2, view_steps: int = 1, judge_context: bool = True):
+        if every < 1 or view_steps < 1:
+            raise ValueError(f"every and view_steps must be >= 1, got {every} and {view_steps}")
         self.proposer, self.judge, self.buffer = proposer, judge, buffer
         self.lam, self.every, self.seed, self.domain = lam, every, seed, domain
         self.view_groups, self.view_per_group = view_groups, view_per_group
         self.judge_context = judge_context
+        self.recent: deque[ProposerView] = deque(maxlen=view_steps)  # views of the latest batches
+        self.reference: list[ViewSample] = []  # the view of the run's first batch
         self.in_flight = False
         self.pending: ProposalResult | None = None
         self.totals: dict[str, float] = {}
@@ -89,16 +95,21 @@ class PenaltyEngine:
             self._step[f"penalty/{pid}/prevalence"] = t / n if n else 0.0
 
     def maybe_propose(self, step: int, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:
-        """Every `every` steps (step % every == 0), start a proposal on this batch in the background."""
+        """Keep this batch's view; every `every` steps (step % every == 0), start a proposal in the
+        background on the views of the last `view_steps` batches."""
+        latest = build_view(batch, seed=self.seed, step=step, groups=self.view_groups,
+                            per_group=self.view_per_group)
+        if not self.reference:
+            self.reference = latest.samples
+        self.recent.append(latest)
         if step % self.every:
             return
         if self.in_flight:
             self._count("proposer/skipped_in_flight")
             log.info("proposer.skipped", step=step, reason="previous proposal still running")
             return
-        view = build_view(batch, seed=self.seed, step=step, groups=self.view_groups,
-                          per_group=self.view_per_group, active=self.buffer.active(),
-                          retired=self.buffer.retired(), domain=self.domain)
+        view = pool_views(list(self.recent), step=step, active=self.buffer.active(),
+                          retired=self.buffer.retired(), domain=self.domain, reference=self.reference)
         self.in_flight = True
         self._count("proposer/started")
         task_group.start_soon(self._propose, view)
@@ -118,14 +129,21 @@ class PenaltyEngine:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """Buffer, running totals and a finished-but-unapplied proposal (one in flight is lost)."""
+        """Buffer, running totals, the kept views and a finished-but-unapplied proposal (one in
+        flight is lost)."""
         pending = self.pending.accepted.to_dict() if self.pending and self.pending.accepted else None
         return {"buffer": self.buffer.to_json(), "totals": dict(self.totals),
-                "pending": pending, "pending_step": self.pending.step if self.pending else None}
+                "pending": pending, "pending_step": self.pending.step if self.pending else None,
+                "recent": [{"step": v.step, "samples": [asdict(s) for s in v.samples]} for v in self.recent],
+                "reference": [asdict(s) for s in self.reference]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_json(state["buffer"])
         self.totals = dict(state.get("totals", {}))
+        self.recent.clear()
+        self.recent.extend(ProposerView(v["step"], [ViewSample(**s) for s in v["samples"]])
+                           for v in state.get("recent", []))
+        self.reference = [ViewSample(**s) for s in state.get("reference", [])]
         self.pending = None
         if state.get("pending"):
             self.pending = ProposalResult(step=state["pending_step"],

@@ -11,7 +11,9 @@ present in p_c of P and n_c of N is a candidate when
 
     it occurs in positives of >= `min_groups` distinct groups,
     prevalence difference  p_c/|P| - n_c/|N|                          >= `min_diff` (0.4),
-    smoothed log-ratio     ln((p_c+1)/(|P|+2)) - ln((n_c+1)/(|N|+2))  >= `min_log_ratio` (1.0),
+    smoothed log-ratio     ln((p_c+1)/(|P|+2)) - ln((n_c+1)/(|N|+2))  >= `min_log_ratio` (1.0;
+                           `length_log_ratio` for length, if set: "longer than L" is common by
+                           construction, so its relative enrichment runs smaller than a word's),
     negative prevalence    n_c/|N|                                     <= `max_neg_prevalence` (0.5),
     one-sided Fisher exact p-value of p_c given p_c + n_c              <= `max_p_value` (5e-4),
     standardised effect on the RM score                                >= `min_effect` (0.8):
@@ -30,10 +32,20 @@ at least L + 1 words). Length and wording are separate families for coverage: a 
 candidate is covered by any active length penalty (one at a time: no ratcheting the limit
 down), and a length penalty covers no wording (its match spans the reply's first L + 1 words).
 
-Revival: a retired penalty's regex is tested first, on weaker evidence (it was shown once
-already): positives of `min_groups` groups, more prevalent among positives than negatives,
-Fisher p <= `revive_p_value` (0.05) and the same effect test. The first that passes (and is not
-covered) is proposed again, under its old title and regex, naming the penalty it revives.
+Two more checks keep co-travellers and old habits out. Explained away: an active penalty that
+matches at least `coverage` of the candidate's positives, and `explain_lift` times more often
+than replies at large, may be why the candidate looks rewarded (the words of "What do you think
+of it?" travel with the closing question); the candidate is dropped unless it still shows weak
+evidence (below) among the replies that penalty does not match. Rising (with `drift_p_value`
+set and a reference in the view): the pattern must be more prevalent in the view than in the
+run's first batch, one-sided Fisher p <= `drift_p_value`: a hack is something training
+amplifies, while wording that came with better replies from the start is the base policy's.
+
+Weak evidence, used there and for revival: positives of `min_groups` groups, more prevalent
+among positives than negatives, Fisher p <= `weak_p_value` (0.05) and the same effect test.
+Revival: a retired penalty's regex is tested first, on weak evidence (it was shown once
+already). The first that passes (and is not covered) is proposed again, under its old title and
+regex, naming the penalty it revives.
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .views import ProposerView, ViewSample
 
@@ -179,6 +192,18 @@ class _Effect:
         return sum(d * n for d, n in diffs) / sum(n for _, n in diffs) / self.spread
 
 
+def _compiled(penalties: list[Penalty]) -> list[tuple[Penalty, re.Pattern[str]]]:
+    """The penalties that have a regex that compiles, with it."""
+    out = []
+    for pen in penalties:
+        if pen.regex:
+            try:
+                out.append((pen, re.compile(pen.regex)))
+            except re.error:
+                continue
+    return out
+
+
 def _overlap(a: re.Pattern[str], b: re.Pattern[str], text: str) -> bool:
     spans = [m.span() for m in b.finditer(text)]
     return any(s < e2 and s2 < e for s, e in (m.span() for m in a.finditer(text)) for s2, e2 in spans)
@@ -190,16 +215,20 @@ class LexicalProposer:
     def __init__(self, *, min_groups: int = 2, min_diff: float = 0.4, min_log_ratio: float = 1.0,
                  max_neg_prevalence: float = 0.5, max_p_value: float = 5e-4, coverage: float = 0.5,
                  length: bool = True, length_step: int = 5, min_effect: float = 0.8,
-                 revive_p_value: float = 0.05):
+                 weak_p_value: float = 0.05, explain_lift: float = 1.5, drift_p_value: float | None = None,
+                 length_log_ratio: float | None = None):
         self.min_groups = min_groups
         self.min_diff = min_diff
         self.min_log_ratio = min_log_ratio
+        self.length_log_ratio = min_log_ratio if length_log_ratio is None else length_log_ratio
         self.max_neg_prevalence = max_neg_prevalence
         self.max_p_value = max_p_value
         self.coverage = coverage
         self.length = length
         self.min_effect = min_effect
-        self.revive_p_value = revive_p_value
+        self.weak_p_value = weak_p_value
+        self.explain_lift = explain_lift
+        self.drift_p_value = drift_p_value
         self.length_step = max(1, length_step)
 
     async def propose(self, view: ProposerView) -> ProposalResult:
@@ -265,6 +294,12 @@ class LexicalProposer:
             if self._covered(f, having[k], view):
                 result.reject("covered")
                 continue
+            if self._explained(f, having[k], view):
+                result.reject("explained")
+                continue
+            if not self._rising(f, view):
+                result.reject("not_rising")
+                continue
             result.reject("not_best", len(scored) - rank - 1)
             return self._candidate(f, having[k], p, q, len(pos), len(neg), key[2])
         return None
@@ -279,7 +314,8 @@ class LexicalProposer:
         groups = len({s.group for s in samples})
         p, q = len(samples) / n_pos, n_neg_with / n_neg
         lr = math.log((len(samples) + 1) / (n_pos + 2)) - math.log((n_neg_with + 1) / (n_neg + 2))
-        if (groups >= self.min_groups and p - q >= self.min_diff and lr >= self.min_log_ratio
+        min_lr = self.length_log_ratio if kind == "length" else self.min_log_ratio
+        if (groups >= self.min_groups and p - q >= self.min_diff and lr >= min_lr
                 and q <= self.max_neg_prevalence
                 and fisher_p(len(samples), n_pos, n_neg_with, n_neg) <= self.max_p_value
                 and (self.min_effect <= 0 or effect() >= self.min_effect)):
@@ -289,21 +325,11 @@ class LexicalProposer:
     def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample],
                  effect: "_Effect") -> Candidate | None:
         """A retired regex penalty whose pattern is back among the positives, as a candidate."""
-        for pen in view.retired:
-            if not pen.regex:
+        for pen, rx in _compiled(view.retired):
+            evidence = self._weak_evidence(pos, neg, effect, lambda s: rx.search(s.text) is not None)
+            if evidence is None:
                 continue
-            try:
-                rx = re.compile(pen.regex)
-            except re.error:
-                continue
-            samples = [s for s in pos if rx.search(s.text)]
-            n_neg = sum(bool(rx.search(s.text)) for s in neg)
-            p, q = len(samples) / len(pos), n_neg / len(neg)
-            groups = len({s.group for s in samples})
-            if (groups < self.min_groups or p <= q
-                    or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.revive_p_value
-                    or (self.min_effect > 0 and effect(lambda s: rx.search(s.text) is not None) < self.min_effect)):
-                continue
+            samples, p, q, groups = evidence
             kind = "length" if length_limit(pen.regex) is not None else "ngram1"
             f = Feature(kind, pen.id, pen.title, pen.regex)
             if self._covered(f, samples, view):
@@ -314,22 +340,54 @@ class LexicalProposer:
             return c
         return None
 
+    def _weak_evidence(self, pos: list[ViewSample], neg: list[ViewSample], effect: "_Effect",
+                       shows: Callable[[ViewSample], bool]) -> tuple[list[ViewSample], float, float, int] | None:
+        """(positives showing it, p, q, groups) if a pattern passes the weak-evidence test, else None."""
+        if not pos or not neg:
+            return None
+        samples = [s for s in pos if shows(s)]
+        n_neg = sum(map(shows, neg))
+        p, q = len(samples) / len(pos), n_neg / len(neg)
+        groups = len({s.group for s in samples})
+        if (groups < self.min_groups or p <= q
+                or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.weak_p_value
+                or (self.min_effect > 0 and effect(shows) < self.min_effect)):
+            return None
+        return samples, p, q, groups
+
+    def _explained(self, f: Feature, samples: list[ViewSample], view: ProposerView) -> bool:
+        """Whether an active penalty that travels with the pattern explains it away (module docstring)."""
+        if self.explain_lift <= 0:
+            return False
+        own = re.compile(f.regex)
+        for _, rx in _compiled(view.active):
+            share = sum(rx.search(s.text) is not None for s in samples) / len(samples)
+            base = sum(rx.search(s.text) is not None for s in view.samples) / len(view.samples)
+            if share < max(self.coverage, self.explain_lift * base):
+                continue
+            rest = ProposerView(view.step, [s for s in view.samples if rx.search(s.text) is None])
+            if self._weak_evidence(rest.positives(), rest.negatives(), _Effect(rest),
+                                   lambda s: own.search(s.text) is not None) is None:
+                return True
+        return False
+
+    def _rising(self, f: Feature, view: ProposerView) -> bool:
+        """Whether the pattern is more prevalent now than in the view's reference (module docstring)."""
+        if self.drift_p_value is None or not view.reference:
+            return True
+        rx = re.compile(f.regex)
+        now = sum(rx.search(s.text) is not None for s in view.samples)
+        then = sum(rx.search(s.text) is not None for s in view.reference)
+        return fisher_p(now, len(view.samples), then, len(view.reference)) <= self.drift_p_value
+
     def _covered(self, f: Feature, samples: list[ViewSample], view: ProposerView) -> bool:
         """Whether an active regex penalty already matches this pattern where it occurs."""
         own = re.compile(f.regex)
-        for pen in view.active:
-            if not pen.regex:
-                continue
+        for pen, rx in _compiled(view.active):
             if (f.kind == "length") != (length_limit(pen.regex) is not None):
                 continue  # length and wording do not cover each other
-            if f.kind == "length":
+            if f.kind == "length" or pen.regex == f.regex:
                 return True
-            if pen.regex == f.regex:
-                return True
-            try:
-                rx = re.compile(pen.regex)
-            except re.error:
-                continue
             hit = sum(_overlap(own, rx, s.text) for s in samples)
             if hit >= self.coverage * len(samples):
                 return True

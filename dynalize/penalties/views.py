@@ -3,6 +3,10 @@ sign of its RM-only advantage, plus the current penalties.
 
 By default 2 rollouts from each of 16 groups (32 in all), drawn with an RNG seeded from
 (seed, step) so a run is reproducible. Each sample gets a short id (`s07`) the proposer cites.
+`pool_views` joins the views of several recent batches into one (a statistical proposer needs
+more replies than one batch gives), and a view may carry a `reference`: a sample of the first
+batch of the run, i.e. of what the policy wrote before training, for proposers that ask whether
+a pattern is growing.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class ProposerView:
     active: list[Penalty] = field(default_factory=list)
     retired: list[Penalty] = field(default_factory=list)
     domain: str = ""
+    reference: list[ViewSample] = field(default_factory=list)
 
     def by_id(self) -> dict[str, ViewSample]:
         return {s.id: s for s in self.samples}
@@ -77,3 +82,22 @@ def build_view(batch: Batch, *, seed: int = 0, step: int | None = None, groups: 
             samples.append(ViewSample(sid, gi, r.text, float(r.rm_score), advantage_sign(r.rm_advantage)))
     return ProposerView(step=step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain)
+
+
+def pool_views(views: list[ProposerView], *, step: int | None = None, active: list[Penalty] | None = None,
+               retired: list[Penalty] | None = None, domain: str = "",
+               reference: list[ViewSample] | None = None) -> ProposerView:
+    """One view of the samples of `views` (oldest first). Several views are renumbered: ids `s001`,
+    ... and groups 0, 1, ... over the distinct (view, group) pairs, so groups of different batches
+    stay apart; a single view keeps its samples as they are."""
+    samples: list[ViewSample] = list(views[0].samples) if len(views) == 1 else []
+    total = sum(len(v.samples) for v in views)
+    width = max(2, len(str(total)))
+    group_of: dict[tuple[int, int], int] = {}
+    for vi, v in enumerate(views if len(views) > 1 else []):
+        for s in v.samples:
+            g = group_of.setdefault((vi, s.group), len(group_of))
+            samples.append(ViewSample(f"s{len(samples) + 1:0{width}d}", g, s.text, s.rm_score, s.sign))
+    last = views[-1].step if views else 0
+    return ProposerView(step=last if step is None else step, samples=samples, active=list(active or []),
+                        retired=list(retired or []), domain=domain, reference=list(reference or []))
