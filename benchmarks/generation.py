@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     batch = prompts(args.batch)
     with tempfile.TemporaryDirectory() as tmp:
-        models = {"tiny:policy": "tiny:policy", "qwen2-3M": build_medium(Path(tmp) / "medium")}
+        models = {"tiny:policy": tiny.resolve("tiny:policy"), "qwen2-3M": build_medium(Path(tmp) / "medium")}
         for name, path in models.items():
             params = n_params(path)
             state = perturbed_state(path)

@@ -135,7 +135,7 @@ class SleepyProposer:
         return ProposalResult(step=view.step, latency=time.perf_counter() - t0)
 
 
-def preloaded_buffer(n: int, path: Path):
+def preloaded_buffer(n: int):
     """A buffer holding `n` active penalties with no regex (so an LLM must judge them)."""
     from dynalize.penalties.buffer import PenaltyBuffer
     from dynalize.types import Penalty
@@ -144,30 +144,29 @@ def preloaded_buffer(n: int, path: Path):
                          description=f"The reply shows behaviour number {i} (a benchmark stand-in).",
                          created_step=0, history=[{"step": 0, "event": "add"}]).to_dict()
                  for i in range(1, n + 1)]
-    buf = PenaltyBuffer(path)
-    buf.load_json({"version": n, "next_id": n + 1, "last_add_step": None, "penalties": penalties, "step_stats": []})
+    buf = PenaltyBuffer()
+    buf.load_json({"version": n, "next_id": n + 1, "last_add_step": None, "penalties": penalties})
     return buf
 
 
-def make_engine(arm: Arm, run_dir: Path, domain: str, seed: int, latency: float):
+def make_term(arm: Arm, domain: str, seed: int, latency: float):
+    """The arm's penalty term (None: RM only)."""
     from dynalize.backends.chat import ScriptedChatModel
-    from dynalize.penalties.buffer import PenaltyBuffer
-    from dynalize.penalties.config import PenaltiesConfig, build_penalty_engine
-    from dynalize.penalties.engine import PenaltyEngine
+    from dynalize.build import build_penalty_term
+    from dynalize.penalties.config import JudgeConfig, PenaltiesConfig
     from dynalize.penalties.judge import Judge, RegexJudge
+    from dynalize.rewards import PenaltyTerm
 
-    events = run_dir / "penalties.jsonl"
+    cfg = PenaltiesConfig(enabled=True, every=1)
     if arm.kind == "rm":
         return None
     if arm.kind == "lexical":  # exactly what `penalties.enabled=true` builds, proposing every 2 steps
-        return build_penalty_engine(PenaltiesConfig(enabled=True, every=2), domain=domain, run_dir=run_dir, seed=seed)
+        return build_penalty_term(PenaltiesConfig(enabled=True, every=2), domain=domain, seed=seed)
     if arm.kind == "llm":
-        judge = Judge(ScriptedChatModel(verdicts_for, latency=latency), max_concurrency=32, retries=3)
-        return PenaltyEngine(NoProposer(), judge, preloaded_buffer(arm.penalties, events), every=1, seed=seed,
-                             domain=domain)
+        judge = Judge(ScriptedChatModel(verdicts_for, latency=latency), JudgeConfig(max_concurrency=32, retries=3))
+        return PenaltyTerm(cfg, NoProposer(), judge, preloaded_buffer(arm.penalties), seed=seed, domain=domain)
     if arm.kind == "sleepy":
-        return PenaltyEngine(SleepyProposer(PROPOSER_SLEEP), RegexJudge(), PenaltyBuffer(events), every=1,
-                             seed=seed, domain=domain)
+        return PenaltyTerm(cfg, SleepyProposer(PROPOSER_SLEEP), RegexJudge(), seed=seed, domain=domain)
     raise ValueError(arm.kind)
 
 
@@ -184,20 +183,22 @@ def config_for(arm: Arm, task: str, steps: int, workdir: str, name: str):
         "policy.path=tiny:policy", f"generator.max_new_tokens={MAX_NEW_TOKENS}", "generator.temperature=1.0",
         f"generator.batch_size={arm.batch}", "trainer.lr=1e-6", "trainer.micro_batch_size=16",
         f"task.name={task}", "reward_model.engine=task",
-        "penalties.enabled=false",  # the benchmark builds (or leaves out) the penalty engine itself
+        "penalties.enabled=false",  # the benchmark builds (or leaves out) the penalty term itself
     ])
 
 
 async def run_arm(arm: Arm, task: str, steps: int, workdir: str, name: str, latency: float) -> list[dict[str, Any]]:
     from dynalize.build import build_parts
-    from dynalize.loop import Trainer
+    from dynalize.loop import Orchestrator
 
     cfg = config_for(arm, task, steps, workdir, name)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    parts = build_parts(cfg, cfg.run_dir)
-    parts.penalties = make_engine(arm, cfg.run_dir, parts.task.description, cfg.seed, latency)
+    parts = build_parts(cfg)
+    term = make_term(arm, parts.task.description, cfg.seed, latency)
+    if term is not None:
+        parts.terms.append(term)
     # The final checkpoint is written after the last step's metrics: `time/step` excludes it.
-    return await Trainer(parts).run()
+    return await Orchestrator(parts).run()
 
 
 def summarize(arm: Arm, histories: list[list[dict[str, Any]]], warmup: int) -> dict[str, Any]:

@@ -1,63 +1,106 @@
-"""Build the parts of a run from its config: task, engines, penalties. The only place that maps
-config names to engine classes."""
+"""Build a run's parts from its settings: the one place that maps config names to classes.
+
+Model paths are resolved here, once: `tiny:<name>` is built into the cache on first use and
+every engine receives a model directory. Settings live in the config modules
+(`dynalize.config`, `penalties.config`, `backends.config`); nothing there imports an engine.
+"""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from . import tiny
-from .backends.base import Generator, RewardModel
-from .config import ConfigError, RunConfig
-from .tasks.base import Task, build_task
+from .backends.base import ChatModel, Generator, RewardModel
+from .backends.chat import LimitedChatModel, ScriptedChatModel
+from .backends.config import ChatModelConfig
+from .config import RunConfig
+from .errors import ConfigError, one_line
+from .loop import Parts
+from .penalties.buffer import PenaltyBuffer
+from .penalties.config import PenaltiesConfig
+from .penalties.judge import Judge, RegexJudge
+from .penalties.lexical import LexicalProposer
+from .penalties.proposer import LLMProposer
+from .plugins import import_object
+from .rewards import PenaltyTerm, RewardTerm, RMTerm
+from .runlog import RunDir
+from .tasks.base import BUILTIN_TASKS, Task, build_task, task_class
+
+GENERATORS = ("hf", "vllm", "remote")
+REWARD_MODELS = ("task", "hf", "python")
 
 
 class UnknownEngineError(ConfigError):
     pass
 
 
-def _unknown(kind: str, name: str, known: list[str]) -> UnknownEngineError:
+def _unknown(kind: str, name: str, known: tuple[str, ...]) -> UnknownEngineError:
     return UnknownEngineError(f"unknown {kind} engine {name!r}: use one of {', '.join(known)}")
 
 
-def build_generator(cfg: RunConfig) -> Generator:
+def model_dir(path: str) -> str:
+    """The model directory `path` names: a directory as it is, `tiny:<name>` built (once) into the cache."""
+    if path.startswith(tiny.TINY_PREFIX) and not tiny.known(path):
+        for name in BUILTIN_TASKS:  # built-in tasks register the tiny models they pre-train
+            try:
+                task_class(name)
+            except Exception:  # noqa: BLE001 - a task with missing optional deps must not break the others
+                pass
+    return tiny.resolve(path)
+
+
+# --- chat models -----------------------------------------------------------------------------------
+
+def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatModel:
+    """The chat model `cfg` describes (a ChatModelConfig or a dict of its fields)."""
+    data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
+    try:
+        c = ChatModelConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(one_line(e, prefix="chat model config")) from None
+    sampling = {"temperature": c.temperature, "max_tokens": c.max_tokens}
+    if c.engine == "openai":
+        if not c.base_url or not c.model:
+            raise ConfigError("chat model config: the openai engine needs both base_url and model")
+        from .backends.openai import OpenAIChatModel
+
+        return OpenAIChatModel(c.base_url, c.model, api_key_env=c.api_key_env, timeout=c.timeout,
+                               max_retries=c.max_retries, max_concurrency=c.max_concurrency,
+                               default_sampling=sampling)
+    if c.engine == "hf":
+        if not c.path:
+            raise ConfigError("chat model config: the hf engine needs path (a model directory or tiny:<name>)")
+        from .backends.hf_chat import HFChatModel
+
+        return HFChatModel(model_dir(c.path), default_sampling=sampling)
+    if not c.path:
+        raise ConfigError("chat model config: the scripted engine needs path='module:attr' (replies or a function)")
+    return LimitedChatModel(ScriptedChatModel(import_object(c.path, "scripted chat engine: path")), c.max_concurrency)
+
+
+# --- generator and reward model ----------------------------------------------------------------
+
+def build_generator(cfg: RunConfig, policy_dir: str) -> Generator:
     g = cfg.generator
     if g.engine == "hf":
         from .backends.hf import HFGenerator
 
-        return HFGenerator(cfg.policy.path, dtype=cfg.policy.dtype, batch_size=g.batch_size)
+        return HFGenerator(policy_dir, dtype=cfg.policy.dtype, batch_size=g.batch_size)
     if g.engine == "vllm":
         from .backends.vllm import build_vllm_generator
 
-        return build_vllm_generator(cfg.policy.path, cfg.policy.dtype, gpu_memory_utilization=g.gpu_memory_utilization,
+        return build_vllm_generator(policy_dir, cfg.policy.dtype, gpu_memory_utilization=g.gpu_memory_utilization,
                                     max_model_len=g.max_model_len, temperature=g.temperature, top_p=g.top_p,
                                     min_p=g.min_p, enable_sleep_mode=g.enable_sleep_mode, seed=cfg.seed)
     if g.engine == "remote":
         from .backends.remote import build_remote_generator
 
-        return build_remote_generator(cfg.policy.path, g.base_urls, model=g.served_model_name,
+        return build_remote_generator(policy_dir, g.base_urls, model=g.served_model_name or cfg.policy.path,
                                       checkpoint_dir=g.checkpoint_dir)
     raise _unknown("generator", g.engine, GENERATORS)
-
-
-class FunctionRewardModel(RewardModel):
-    """A plain Python function `f(list[str]) -> list[float]` over the replies' text."""
-
-    def __init__(self, fn: Any):
-        self.fn = fn
-
-    async def score(self, items):
-        texts = [x if isinstance(x, str) else x[-1].content for x in items]
-        return [float(s) for s in self.fn(texts)]
-
-
-def _import_function(path: str) -> Any:
-    module, _, attr = path.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise UnknownEngineError(f"cannot import reward function {path!r}: {e}") from None
 
 
 def build_reward_model(cfg: RunConfig, task: Task) -> RewardModel:
@@ -72,22 +115,47 @@ def build_reward_model(cfg: RunConfig, task: Task) -> RewardModel:
 
         if not rm.path:
             raise UnknownEngineError("reward_model.path is required for engine 'hf'")
-        return HFRewardModel(rm.path, batch_size=rm.batch_size, max_length=rm.max_length)
+        return HFRewardModel(model_dir(rm.path), batch_size=rm.batch_size, max_length=rm.max_length)
     if rm.engine == "python":
+        from .backends.function import FunctionRewardModel
+
         if not rm.path or ":" not in rm.path:
             raise UnknownEngineError("reward_model.path must be 'module:function' for engine 'python'")
-        return FunctionRewardModel(_import_function(rm.path))
+        return FunctionRewardModel(import_object(rm.path, "reward function"))
     raise _unknown("reward model", rm.engine, REWARD_MODELS)
 
 
-GENERATORS = ["hf", "vllm", "remote"]
-REWARD_MODELS = ["task", "hf", "python"]
+# --- reward terms ------------------------------------------------------------------------------
 
+def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
+                       chat_factory=build_chat_model) -> PenaltyTerm:
+    """Dynalize's term: proposer, judge and an empty buffer, as `cfg` says.
+
+    With the regex judge an LLM proposer must give a regex (candidates without one are rejected).
+    """
+    p, j = cfg.proposer, cfg.judge
+    if p.engine == "llm":
+        assert p.chat is not None
+        dedup = chat_factory(p.dedup_chat) if p.dedup_chat else None
+        proposer: Any = LLMProposer(chat_factory(p.chat), p, dedup, require_regex=j.engine == "regex")
+    else:
+        proposer = LexicalProposer(p.lexical)
+    judge = Judge(chat_factory(j.chat), j) if j.engine == "llm" else RegexJudge()
+    return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
+
+
+def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
+    """The terms whose sum is the reward: the RM, and Dynalize's penalties when enabled."""
+    terms: list[RewardTerm] = [RMTerm(build_reward_model(cfg, task), task)]
+    if cfg.penalties.enabled:
+        terms.append(build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed))
+    return terms
+
+
+# --- the whole run -------------------------------------------------------------------------------
 
 def check_config(cfg: RunConfig) -> None:
     """Fail before any model loads: unknown engine or task names, model paths that do not exist."""
-    from .tasks.base import task_class
-
     if cfg.generator.engine not in GENERATORS:
         raise _unknown("generator", cfg.generator.engine, GENERATORS)
     if cfg.reward_model.engine not in REWARD_MODELS:
@@ -100,11 +168,9 @@ def check_config(cfg: RunConfig) -> None:
         raise FileNotFoundError(f"reward_model.path does not exist: {rm.path}")
 
 
-def build_parts(cfg: RunConfig, run_dir: Path):
-    """Task, generator, reward model, learner, penalties: everything the loop joins."""
+def build_parts(cfg: RunConfig) -> Parts:
+    """Task, generator, learner, reward terms and run directory: everything the loop joins."""
     from .backends.accelerate import AccelerateLearner
-    from .loop import Parts
-    from .runlog import RunDir
     from .backends.hf import load_tokenizer
 
     check_config(cfg)
@@ -113,14 +179,8 @@ def build_parts(cfg: RunConfig, run_dir: Path):
     if n_train < cfg.prompts_per_step:
         raise ConfigError(f"config error: task {cfg.task.name!r} has {n_train} training prompts, fewer than "
                           f"one batch ({cfg.prompts_per_step} = batch_size / group_size)")
-    reward_model = build_reward_model(cfg, task)
-    learner = AccelerateLearner(cfg.policy.path, cfg.trainer, temperature=cfg.generator.temperature,
-                                dtype=cfg.policy.dtype)
-    generator = build_generator(cfg)
-    penalties = None
-    if cfg.penalties.enabled:
-        from .penalties.config import build_penalty_engine
-
-        penalties = build_penalty_engine(cfg.penalties, domain=task.description, run_dir=run_dir, seed=cfg.seed)
-    return Parts(cfg=cfg, task=task, tokenizer=load_tokenizer(cfg.policy.path), generator=generator,
-                 reward_model=reward_model, learner=learner, run=RunDir(run_dir), penalties=penalties)
+    terms = build_reward_terms(cfg, task)
+    policy = model_dir(cfg.policy.path)
+    learner = AccelerateLearner(policy, cfg.trainer, temperature=cfg.generator.temperature, dtype=cfg.policy.dtype)
+    return Parts(cfg=cfg, task=task, tokenizer=load_tokenizer(policy), generator=build_generator(cfg, policy),
+                 learner=learner, terms=terms, run=RunDir(cfg.run_dir))

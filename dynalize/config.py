@@ -12,11 +12,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 
-
-class ConfigError(ValueError):
-    """Bad config: the message is one readable line."""
+__all__ = ["ConfigError", "RunConfig", "dump_config", "load_config", "parse_override", "read_yaml", "validate"]
 
 
 class Section(BaseModel):
@@ -178,22 +177,12 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def _format_error(e: ValidationError) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    if err["type"] == "extra_forbidden":
-        return f"config error: {loc}: unknown key"
-    msg = err["msg"].removeprefix("Value error, ")
-    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-    return f"config error: {loc}: {msg}{more}"
-
-
 def validate(data: dict[str, Any]) -> RunConfig:
     """Validate a plain dict, raising ConfigError with a one-line message."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_error(e)) from None
+        raise ConfigError(one_line(e)) from None
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

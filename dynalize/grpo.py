@@ -23,6 +23,11 @@ def group_advantages(rewards: Tensor, std_normalize: bool = False, eps: float = 
     return centred
 
 
+def advantages(groups: list[list[float]], std_normalize: bool = False) -> list[list[float]]:
+    """`group_advantages` for groups of any sizes (after stale drops groups can differ)."""
+    return [group_advantages(torch.tensor([g], dtype=torch.float64), std_normalize)[0].tolist() for g in groups]
+
+
 @dataclass
 class LossOutput:
     loss: Tensor

@@ -164,6 +164,7 @@ def parse_audit_args(argv: list[str]) -> argparse.Namespace:
 async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
     from .analysis.audit import audit
     from .analysis.penalties import penalty_history
+    from .penalties.config import JudgeConfig
     from .penalties.judge import Judge, RegexJudge
 
     source = Run(args.penalties)
@@ -177,7 +178,7 @@ async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
 
         try:
             judge = Judge(chat_model_from_spec(args.judge, "--judge", args.concurrency),
-                          max_concurrency=args.concurrency)
+                          JudgeConfig(max_concurrency=args.concurrency))
         except BenchmarkError as e:
             raise ReportError(str(e)) from None
     targets = [Run(p, n) for p, n in zip(args.rollouts, unique_names(args.rollouts))]

@@ -138,14 +138,3 @@ async def _user_turns(task: Task, tokenizer: Any, episodes: list[_Episode], stop
     async with anyio.create_task_group() as tg:
         for e, stop in zip(episodes, stopped):
             tg.start_soon(one, e, stop)
-
-
-def rm_inputs(task: Task, rollout: Rollout) -> list:
-    """What the RM reads for each policy reply: the conversation up to it, and the reply."""
-    out = []
-    conversation = list(rollout.messages)
-    for m in rollout.turns:
-        if m.role == "assistant":
-            out.append(task.rm_input(list(conversation), m.content))
-        conversation.append(m)
-    return out

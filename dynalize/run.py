@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .config import ConfigError, RunConfig, dump_config, load_config
-from .runlog import RunDir, load_checkpoint
+from .runlog import load_checkpoint
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
 log = structlog.get_logger("dynalize.run")
@@ -75,37 +75,34 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
 def follow(cfg: RunConfig) -> None:
     """Ranks > 0 under `accelerate launch`: hold a shard of the learner and follow rank 0."""
     from .backends.accelerate import AccelerateLearner
+    from .build import model_dir
 
     set_torch_threads(cfg.torch_threads)
-    AccelerateLearner(cfg.policy.path, cfg.trainer, temperature=cfg.generator.temperature,
+    AccelerateLearner(model_dir(cfg.policy.path), cfg.trainer, temperature=cfg.generator.temperature,
                       dtype=cfg.policy.dtype).serve()
 
 
 async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
     from .build import build_parts
-    from .loop import Trainer
+    from .loop import Orchestrator
 
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     set_torch_threads(cfg.torch_threads)
-    parts = build_parts(cfg, run_dir)
-    start, inflight, dropped = 0, {}, 0
+    parts = build_parts(cfg)
+    orchestrator = Orchestrator(parts)
     if resume:
-        ckpt = RunDir(run_dir).latest_checkpoint()
+        ckpt = parts.run.latest_checkpoint()
         if ckpt is None:
             raise ConfigError(f"config error: {run_dir} has no checkpoint to resume from")
-        state, inflight = load_checkpoint(ckpt, parts.learner)
-        if parts.penalties is not None and state.get("penalties"):
-            parts.penalties.load_state_dict(state["penalties"])
-        await parts.generator.update_weights(parts.learner.policy_state(), state["generator_version"])
-        start, dropped = state["step"], state["dropped_total"]
-        parts.run.truncate(start)
-        log.info("resuming", run=str(run_dir), step=start)
+        orchestrator.load_state_dict(load_checkpoint(ckpt, parts.learner))
+        parts.run.truncate(orchestrator.next_step)
+        log.info("resuming", run=str(run_dir), step=orchestrator.next_step)
     dump_config(cfg, run_dir / "config.yaml")
     log.info("run", name=cfg.name, dir=str(run_dir), task=cfg.task.name, steps=cfg.steps,
-             penalties=cfg.penalties.enabled)
+             terms=[t.name for t in parts.terms])
     try:
-        return await Trainer(parts, start, inflight, dropped).run()
+        return await orchestrator.run()
     finally:
         parts.learner.stop_followers()
 

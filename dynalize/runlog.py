@@ -1,4 +1,5 @@
-"""A run on disk: metrics.jsonl, rollouts/step_NNNNNN.jsonl, checkpoints/step_NNNNNN/.
+"""A run on disk: metrics.jsonl, rollouts/step_NNNNNN.jsonl, `<term>.jsonl` event logs (e.g.
+penalties.jsonl), checkpoints/step_NNNNNN/.
 
 Every line is flushed and fsynced as it is written, and rollout files are written whole then
 renamed, so a crash mid-run loses at most the step in flight and never leaves a broken line.
@@ -56,7 +57,6 @@ class RunDir:
         self.metrics_path = self.root / "metrics.jsonl"
         self.rollouts_dir = self.root / "rollouts"
         self.checkpoints_dir = self.root / "checkpoints"
-        self.penalties_path = self.root / "penalties.jsonl"
         for d in (self.root, self.rollouts_dir, self.checkpoints_dir):
             d.mkdir(parents=True, exist_ok=True)
 
@@ -66,12 +66,16 @@ class RunDir:
     def log_rollouts(self, step: int, rollouts: list[Rollout], name: str = "step") -> None:
         write_jsonl_atomic(self.rollouts_dir / f"{name}_{step:06d}.jsonl", [r.record(step) for r in rollouts])
 
+    def log_events(self, name: str, events: list[dict[str, Any]]) -> None:
+        """Append a reward term's events to `<name>.jsonl` (each line carries its step)."""
+        for e in events:
+            append_jsonl(self.root / f"{name}.jsonl", e)
+
     def truncate(self, from_step: int) -> None:
-        """On resume: forget metric and penalty-event lines of steps ≥ from_step (they run again)."""
-        for path in (self.metrics_path, self.penalties_path):
-            if path.exists():
-                keep = [r for r in read_jsonl(path) if r.get("step", -1) < from_step]
-                write_jsonl_atomic(path, keep)
+        """On resume: forget the metric and event lines of steps ≥ from_step (they run again)."""
+        for path in sorted(self.root.glob("*.jsonl")):
+            keep = [r for r in read_jsonl(path) if r.get("step", -1) < from_step]
+            write_jsonl_atomic(path, keep)
 
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoints_dir / f"step_{step:06d}"
@@ -108,22 +112,24 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(path: Path, learner: Any, state: dict[str, Any], inflight: dict[int, list[list[Rollout]]]) -> None:
-    """Learner (policy + optimizer), loop state, RNG and the batches generated ahead, then a marker."""
+def save_checkpoint(path: Path, learner: Any, state: dict[str, Any]) -> None:
+    """Learner (policy + optimizer), RNG and the orchestrator's `state` (its batches generated
+    ahead go to inflight.json), written to a temporary folder then renamed."""
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     learner.save(str(tmp))
     torch.save(rng_state(), tmp / "rng.pt")
-    batches = {str(k): [[rollout_to_state(r) for r in g] for g in groups] for k, groups in inflight.items()}
-    (tmp / "inflight.json").write_text(json.dumps(batches))
+    state = dict(state)
+    (tmp / "inflight.json").write_text(json.dumps(state.pop("inflight", {})))
     (tmp / "state.json").write_text(json.dumps(state, indent=1))
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: Path, learner: Any) -> tuple[dict[str, Any], dict[int, list[list[Rollout]]]]:
+def load_checkpoint(path: Path, learner: Any) -> dict[str, Any]:
+    """Restore the learner and RNG from `path`; return the orchestrator's state."""
     learner.load(str(path))
     set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    raw = json.loads((path / "inflight.json").read_text())
-    inflight = {int(k): [[rollout_from_state(r) for r in g] for g in groups] for k, groups in raw.items()}
-    return json.loads((path / "state.json").read_text()), inflight
+    state = json.loads((path / "state.json").read_text())
+    state["inflight"] = json.loads((path / "inflight.json").read_text())
+    return state

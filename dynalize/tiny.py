@@ -3,7 +3,8 @@
 Nothing here downloads anything. `resolve("tiny:<name>")` builds the named model once into the
 cache (`$DYNALIZE_CACHE`, default `~/.cache/dynalize`) and returns its directory, which then loads
 like any Hugging Face model directory. Tasks can register their own builders (`register`), e.g.
-a policy pre-trained on the task's language.
+a policy pre-trained on the task's language; `dynalize.build.model_dir` imports the built-in
+tasks first, so their names resolve anywhere.
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def register(name: str, builder: Builder, version: str = "1") -> None:
     _BUILDERS[name] = (builder, version)
 
 
+def known(path: str) -> bool:
+    """Whether `path` is `tiny:<name>` with a registered builder."""
+    return path.startswith(TINY_PREFIX) and path[len(TINY_PREFIX):] in _BUILDERS
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("DYNALIZE_CACHE", Path.home() / ".cache" / "dynalize"))
 
@@ -122,8 +128,6 @@ def resolve(path: str) -> str:
             raise FileNotFoundError(f"model path does not exist: {path}")
         return path
     name = path[len(TINY_PREFIX):]
-    if name not in _BUILDERS:
-        _import_task_builders()
     if name not in _BUILDERS:
         raise FileNotFoundError(f"unknown tiny model {path!r}: known are {', '.join(sorted(_BUILDERS))}")
     builder, version = _BUILDERS[name]
@@ -140,14 +144,3 @@ def resolve(path: str) -> str:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return str(out)
-
-
-def _import_task_builders() -> None:
-    """Built-in tasks register their tiny models on import."""
-    from .tasks.base import BUILTIN_TASKS, task_class
-
-    for name in BUILTIN_TASKS:
-        try:
-            task_class(name)
-        except Exception:  # a task with missing optional deps must not break the others
-            pass

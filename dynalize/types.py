@@ -46,6 +46,10 @@ class Rollout:
     `completion_ids`. `loss_mask[i]` says whether completion token i was written by the policy
     (1) or by someone else, e.g. a simulated user (0); `logprobs[i]` is the generator's
     log-probability of completion token i (0.0 where the mask is 0).
+
+    Generation fills the episode; scoring fills `scores` (one value per reward term, by name),
+    `info` (what each term records about the rollout, e.g. per-reply RM scores or verdicts) and
+    `reward` (the sum of the scores); `advantage` comes from the reward (dynalize.grpo).
     """
 
     prompt_id: str
@@ -62,18 +66,24 @@ class Rollout:
     turns: list[Message] = field(default_factory=list)
     """Everything after the prompt: policy replies (reasoning stripped) and simulated-user turns."""
     reasoning: list[str] = field(default_factory=list)
-    rm_scores: list[float] = field(default_factory=list)
-    rm_score: float = 0.0
-    verdicts: dict[str, bool] = field(default_factory=dict)
-    violations: int = 0
+    scores: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
     reward: float = 0.0
-    rm_advantage: float = 0.0
     advantage: float = 0.0
 
     @property
     def text(self) -> str:
         """The policy's replies, joined; the whole reply for single-turn rollouts."""
         return "\n\n".join(self.replies)
+
+    def exchanges(self) -> list[tuple[list[Message], str]]:
+        """Each policy reply with the conversation up to it: what the reply answers."""
+        out, conversation = [], list(self.messages)
+        for m in self.turns:
+            if m.role == "assistant":
+                out.append((list(conversation), m.content))
+            conversation.append(m)
+        return out
 
     def record(self, step: int) -> dict[str, Any]:
         """The JSON-ready line written to rollouts/step_NNNNNN.jsonl."""
@@ -90,12 +100,9 @@ class Rollout:
             "completion_tokens": len(self.completion_ids),
             "policy_tokens": int(sum(self.loss_mask)),
             "truncated": self.truncated,
-            "rm_scores": self.rm_scores,
-            "rm_score": self.rm_score,
-            "verdicts": self.verdicts,
-            "violations": self.violations,
+            **self.info,
+            "scores": self.scores,
             "reward": self.reward,
-            "rm_advantage": self.rm_advantage,
             "advantage": self.advantage,
         }
 

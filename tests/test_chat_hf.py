@@ -6,7 +6,8 @@ import anyio
 import pytest
 import torch
 
-from dynalize.backends.chat import build_chat_model
+from dynalize import tiny
+from dynalize.build import build_chat_model
 from dynalize.backends.hf_chat import HFChatModel
 from dynalize.types import Message
 
@@ -17,7 +18,7 @@ MSGS = [Message("system", "You write stories."), Message("user", "Write about th
 def model(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DYNALIZE_CACHE", str(tmp_path_factory.mktemp("dynalize_cache")))
-        yield HFChatModel("tiny:policy", device="cpu")
+        yield HFChatModel(tiny.resolve("tiny:policy"), device="cpu")
 
 
 def greedy_reference(model: HFChatModel, n: int) -> str:

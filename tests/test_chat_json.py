@@ -12,14 +12,14 @@ import pytest
 from dynalize.backends.base import ChatModel, EngineError
 from dynalize.backends.chat import (
     ChatJSONError,
-    ChatModelConfig,
     LimitedChatModel,
     ScriptedChatModel,
-    build_chat_model,
     chat_json,
     parse_json,
     schema_problem,
 )
+from dynalize.backends.config import ChatModelConfig
+from dynalize.build import build_chat_model
 from dynalize.types import Message
 
 MSGS = [Message("user", "Judge this.")]

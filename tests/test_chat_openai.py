@@ -13,7 +13,9 @@ import structlog
 from structlog.testing import capture_logs
 
 from dynalize.backends.base import EngineError
-from dynalize.backends.chat import ChatModelConfig, build_chat_model, chat_json
+from dynalize.backends.chat import chat_json
+from dynalize.backends.config import ChatModelConfig
+from dynalize.build import build_chat_model
 from dynalize.backends.openai import OpenAIChatModel
 from dynalize.types import Message
 

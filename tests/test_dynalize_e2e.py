@@ -171,8 +171,8 @@ def test_same_run_with_penalties_disabled_is_rm_only(planted_word, tmp_path):
     rewarded = 0
     for step in range(STEPS):
         for r in read_jsonl(root / "rollouts" / f"step_{step:06d}.jsonl"):
-            assert r["verdicts"] == {} and r["violations"] == 0
-            assert r["reward"] == r["rm_score"]
+            assert "verdicts" not in r and "violations" not in r  # no penalty term at all
+            assert r["scores"] == {"rm": r["rm_score"]} and r["reward"] == r["rm_score"]
             rewarded += r["rm_score"] == 1.0
     assert rewarded > 0  # the planted word is rewarded here too, just not penalized
     for m in read_jsonl(root / "metrics.jsonl"):

@@ -8,6 +8,7 @@ import pytest
 
 from dynalize.backends.chat import ScriptedChatModel
 from dynalize.penalties import prompting
+from dynalize.penalties.config import JudgeConfig
 from dynalize.penalties.judge import Judge, RegexJudge
 from dynalize.types import Penalty
 
@@ -42,7 +43,7 @@ def test_malformed_but_repairable_output():
 def test_missing_ids_fail_and_invented_ids_are_ignored():
     partial = '{"p001": true, "p999": true, "p002": "maybe"}'
     chat = ScriptedChatModel([partial] * 3)
-    judge = Judge(chat, retries=3)
+    judge = Judge(chat, JudgeConfig(retries=3))
     [j] = run(judge, ["text"], [P1, P2, Penalty("p004", "Pads", "Adds filler.")])
     assert len(chat.calls) == 3  # a partial answer is retried first
     assert j.verdicts == {"p001": True, "p002": False, "p004": False}
@@ -59,7 +60,7 @@ def test_partial_answer_then_complete_on_retry():
 
 def test_failed_call_counts_every_penalty():
     chat = ScriptedChatModel(["no", "still no", "nope", RuntimeError("boom")])
-    judge = Judge(chat, retries=3)
+    judge = Judge(chat, JudgeConfig(retries=3))
     [j] = run(judge, ["a"], [P1, P2])
     assert j.verdicts == {"p001": False, "p002": False} and j.failed == {"p001", "p002"}
     assert judge.stats.failed_calls == 1 and judge.stats.failures == 2 and judge.stats.calls == 1
@@ -104,7 +105,7 @@ def test_cache_by_text_and_version():
 
 def test_partial_answers_are_not_cached():
     chat = ScriptedChatModel(['{"p001": true}', '{"p001": true, "p002": true}'])
-    judge = Judge(chat, retries=1)
+    judge = Judge(chat, JudgeConfig(retries=1))
     run(judge, ["t"], [P1, P2])
     [j] = run(judge, ["t"], [P1, P2])
     assert j.verdicts == {"p001": True, "p002": True} and len(chat.calls) == 2
@@ -121,7 +122,7 @@ def test_concurrency_limit():
         live -= 1
         return '{"p001": false}'
 
-    run(Judge(ScriptedChatModel(slow), max_concurrency=3), [f"t{i}" for i in range(12)], [P1])
+    run(Judge(ScriptedChatModel(slow), JudgeConfig(max_concurrency=3)), [f"t{i}" for i in range(12)], [P1])
     assert peak == 3
 
 

@@ -5,6 +5,7 @@ import re
 
 import anyio
 
+from dynalize.penalties.config import LexicalConfig
 from dynalize.penalties.lexical import LexicalProposer, reply_features
 from dynalize.penalties.views import ProposerView, ViewSample
 from dynalize.types import Penalty
@@ -31,7 +32,7 @@ def make_view(rng, pos_text, neg_text, n_groups=16, active=()):
 
 
 def best(view, **kw):
-    result = anyio.run(LexicalProposer(**kw).propose, view)
+    result = anyio.run(LexicalProposer(LexicalConfig(**kw)).propose, view)
     assert result.ok
     return result
 
@@ -220,7 +221,7 @@ def test_min_effect_asks_how_much_the_rm_pays_for_the_pattern():
     assert best(v, min_effect=2.1).accepted is None
     # the same contrast on small score differences inside widely spread groups: a small effect
     for s in v.samples:
-        s.rm_score = (s.group % 2) * 10 + (0.1 if s.sign == "+" else 0.0)
+        s.score = (s.group % 2) * 10 + (0.1 if s.sign == "+" else 0.0)
     v.samples += [ViewSample(f"x{g}", g, sentence(rng), (g % 2) * 10 + 5.0, "0") for g in range(16)]
     assert best(v, min_effect=0.0).accepted is not None
     assert best(v).accepted is None

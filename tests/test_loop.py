@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from dynalize.config import load_config
-from dynalize.loop import PromptOrder, split_stale
+from dynalize.schedule import PromptOrder, split_stale
 from dynalize.run import main, train
 from dynalize.runlog import read_jsonl
 from dynalize.types import Message, Prompt, Rollout

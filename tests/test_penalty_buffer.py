@@ -52,8 +52,9 @@ def test_end_step_retires_untriggered_and_records_prevalence():
     assert retired == ["p002"]
     assert [p.id for p in buf.active()] == ["p001"] and [p.id for p in buf.retired()] == ["p002"]
     assert buf.version == v + 1
-    assert buf.step_stats[-1] == {"step": 2, "n_judged": 12, "triggers": {"p001": 3, "p002": 0},
-                                  "prevalence": {"p001": 0.25, "p002": 0.0}}
+    stats = [e for e in buf.drain_events() if e["event"] == "stats"]
+    assert stats[-1] == {"step": 2, "event": "stats", "n_judged": 12, "triggers": {"p001": 3, "p002": 0},
+                         "prevalence": {"p001": 0.25, "p002": 0.0}}
     assert buf.get("p002").history[-1]["event"] == "retire"
 
 
@@ -101,13 +102,13 @@ def test_json_round_trip():
     assert len(back.get("p001").history) == 1  # no aliasing with the source dict
 
 
-def test_events_file_lines_are_json(tmp_path):
-    path = tmp_path / "run" / "penalties.jsonl"
-    buf = PenaltyBuffer(path)
+def test_events_are_json_lines_drained_once():
+    buf = PenaltyBuffer()
     buf.add(cand("A"), step=0, proposed_at=0)
     buf.end_step(0, {"p001": 0}, n_judged=4)
     buf.add(cand("a"), step=5)
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = [json.loads(json.dumps(e)) for e in buf.drain_events()]
+    assert buf.drain_events() == []
     assert [(x["step"], x["event"]) for x in lines] == [(0, "add"), (0, "stats"), (0, "retire"), (5, "revive")]
     assert lines[0]["id"] == "p001" and lines[0]["title"] == "A" and lines[0]["proposed_at"] == 0
     assert lines[1]["prevalence"] == {"p001": 0.0}

@@ -5,27 +5,34 @@ import json
 import anyio
 
 from dynalize.backends.chat import ScriptedChatModel
+from dynalize.penalties.config import ProposerConfig
 from dynalize.penalties.proposer import LLMProposer, resolve_sample_id
 from dynalize.penalties.views import build_view
 from dynalize.types import Batch, Penalty, Rollout
 
 
-def rollout(group, text, adv):
+def rollout(group, text):
     return Rollout(prompt_id=f"q{group}", group=group, prompt_ids=[1], completion_ids=[2], logprobs=[0.0],
-                   loss_mask=[1], replies=[text], policy_version=0, rm_score=1.0 + adv, rm_advantage=adv)
+                   loss_mask=[1], replies=[text], policy_version=0)
 
 
 def batch(n_groups=6, g=4):
-    return Batch(step=0, groups=[[rollout(gi, f"g{gi} r{i} Certainly! text", (-1) ** i * 0.5) for i in range(g)]
+    return Batch(step=0, groups=[[rollout(gi, f"g{gi} r{i} Certainly! text") for i in range(g)]
                                  for gi in range(n_groups)])
 
 
+def scored_view(b, **kw):
+    """The view of `b` with rewards 1 ± 0.5 alternating within each group (advantages ± 0.5)."""
+    adv = [[(-1) ** i * 0.5 for i in range(len(g))] for g in b.groups]
+    return build_view(b, [[1.0 + a for a in g] for g in adv], adv, **kw)
+
+
 def view(**kw):
-    return build_view(batch(), seed=1, step=10, groups=4, per_group=2, **kw)
+    return scored_view(batch(), seed=1, step=10, groups=4, per_group=2, **kw)
 
 
-def propose(chat, v, **kw):
-    return anyio.run(LLMProposer(chat, **kw).propose, v)
+def propose(chat, v, require_regex=False, **kw):
+    return anyio.run(LLMProposer(chat, ProposerConfig(**kw), require_regex=require_regex).propose, v)
 
 
 def reply(*cands):
@@ -38,15 +45,15 @@ def c(title, ids, regex=None):
 
 def test_view_is_seeded_and_sized():
     b = batch(n_groups=20)
-    v1 = build_view(b, seed=3, step=5)
-    v2 = build_view(b, seed=3, step=5)
-    v3 = build_view(b, seed=3, step=6)
+    v1 = scored_view(b, seed=3, step=5)
+    v2 = scored_view(b, seed=3, step=5)
+    v3 = scored_view(b, seed=3, step=6)
     assert [(s.id, s.group, s.text) for s in v1.samples] == [(s.id, s.group, s.text) for s in v2.samples]
     assert [s.text for s in v1.samples] != [s.text for s in v3.samples]
     assert len(v1.samples) == 32 and len({s.group for s in v1.samples}) == 16
     assert v1.samples[0].id == "s01" and v1.samples[-1].id == "s32"
     assert {s.sign for s in v1.samples} == {"+", "-"}
-    small = build_view(b, seed=3, step=5, groups=3, per_group=1)
+    small = scored_view(b, seed=3, step=5, groups=3, per_group=1)
     assert len(small.samples) == 3
 
 
@@ -56,7 +63,7 @@ def test_prompt_shows_scores_signs_penalties_and_domain():
     assert "Short stories." in msgs[0].content
     user = msgs[1].content
     s = v.samples[0]
-    assert f"[{s.id}] group {s.group} | RM score {s.rm_score:.3f} | advantage {s.sign}" in user
+    assert f"[{s.id}] group {s.group} | RM score {s.score:.3f} | advantage {s.sign}" in user
     assert "p004: Says Certainly" in user and s.text in user
 
 
@@ -115,7 +122,7 @@ def test_dedup_pass_drops_duplicate_of_active_and_marks_revival():
         {"candidate": "c9", "duplicate_of": "p001"},  # invented candidate: ignored
         {"candidate": "c3", "duplicate_of": "p777"},  # invented penalty: ignored
     ]})])
-    r = anyio.run(LLMProposer(proposer_chat, dedup_chat).propose, v)
+    r = anyio.run(LLMProposer(proposer_chat, dedup_chat=dedup_chat).propose, v)
     assert r.ok and r.rejected == {"duplicate": 2, "not_best": 1}
     assert r.accepted.title == "Asks a closing question" and r.accepted.revives == "p002"
     listing = dedup_chat.calls[0][1].content

@@ -210,6 +210,9 @@ def test_penalties_from_the_last_checkpoint_without_events(tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "step_000020"
     ckpt.mkdir(parents=True)
     (ckpt / "state.json").write_text(json.dumps({"step": 20, "penalties": {"buffer": buf.to_json()}}))
+    # per-step prevalence lives in the metrics (the buffer keeps no per-step history)
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        json.dumps({"step": 12, "penalty/p001/prevalence": 0.0, "penalty/p002/prevalence": 0.3}) + "\n")
     h = penalty_history(Run(tmp_path / "run"))
     assert h.intervals == {"p001": [(5, 12)], "p002": [(10, None)]}
     assert h.prevalence == {"p001": [(12, 0.0)], "p002": [(12, 0.3)]}

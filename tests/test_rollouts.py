@@ -5,7 +5,9 @@ import pytest
 
 from dynalize.backends.base import SamplingParams
 from dynalize.backends.hf import HFGenerator
-from dynalize.rollouts import prompt_token_ids, rm_inputs, sample_groups
+from dynalize import tiny
+from dynalize.rewards.rm import rm_inputs
+from dynalize.rollouts import prompt_token_ids, sample_groups
 from dynalize.tasks.base import Task, TaskArgs
 from dynalize.types import Message, Prompt
 
@@ -27,7 +29,7 @@ class ChatTask(Task):
 
 @pytest.fixture(scope="module")
 def generator():
-    return HFGenerator("tiny:policy")
+    return HFGenerator(tiny.resolve("tiny:policy"))
 
 
 def _turn_spans(mask):

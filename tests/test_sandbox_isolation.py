@@ -30,7 +30,7 @@ FEATURE_API = {"FEATURE_SETS", "default_features", "alternative_features", "desc
 
 # Modules that must not import anything from the sandbox, not even indirectly.
 BLIND = ["dynalize.loop", "dynalize.penalties", "dynalize.penalties.lexical", "dynalize.penalties.judge",
-         "dynalize.penalties.engine", "dynalize.penalties.buffer", "dynalize.penalties.proposer",
+         "dynalize.rewards", "dynalize.rewards.penalties", "dynalize.rewards.rm", "dynalize.penalties.buffer", "dynalize.penalties.proposer",
          "dynalize.penalties.views", "dynalize.penalties.config", "dynalize.grpo", "dynalize.rollouts"]
 
 

@@ -5,17 +5,18 @@ import hashlib
 import json
 import statistics
 from pathlib import Path
-from types import SimpleNamespace
 
 import anyio
 import pytest
 
+from dynalize import tiny
 from dynalize.backends.base import Completion, Generator, RewardModel, SamplingParams
 from dynalize.backends.chat import ScriptedChatModel
 from dynalize.backends.hf import load_tokenizer
 from dynalize.config import ConfigError, load_config
-from dynalize.loop import score_batch
-from dynalize.rollouts import rm_inputs, sample_groups
+from dynalize.rewards import RMTerm, score_batch
+from dynalize.rewards.rm import rm_inputs
+from dynalize.rollouts import sample_groups
 from dynalize.run import train
 from dynalize.runlog import read_jsonl
 from dynalize.tasks.base import build_task
@@ -203,7 +204,7 @@ class LengthRM(RewardModel):
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer("tiny:policy")
+    return load_tokenizer(tiny.resolve("tiny:policy"))
 
 
 def multiturn(tmp_path, **args):
@@ -248,10 +249,10 @@ def test_end_marker_ends_early_and_reward_is_the_mean_of_reply_scores(tmp_path, 
         assert len(r.replies) == 2 and [m.role for m in r.turns] == ["assistant", "user", "assistant"]
         assert r.turns[1].content == "Go on?"  # the simulator's own reasoning is removed
     rm = LengthRM()
-    anyio.run(score_batch, SimpleNamespace(task=task, reward_model=rm, penalties=None), Batch(0, groups))
+    anyio.run(score_batch, [RMTerm(rm, task)], Batch(0, groups))
     a, b = groups[0][0], groups[1][0]
-    assert a.rm_scores == [2.0, 4.0] and a.rm_score == 3.0 == a.reward
-    assert b.rm_scores == [5.0, 7.0] and b.rm_score == 6.0  # 4 prompt messages (system first) + reply
+    assert a.info["rm_scores"] == [2.0, 4.0] and a.scores["rm"] == 3.0 == a.reward
+    assert b.info["rm_scores"] == [5.0, 7.0] and b.scores["rm"] == 6.0  # 4 prompt messages (system first) + reply
     assert len(rm.seen) == 8 and all(x[-1].role == "assistant" for x in rm.seen)
 
 

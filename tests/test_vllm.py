@@ -133,10 +133,11 @@ def server(policy_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def generator():
+    from dynalize import tiny
     from dynalize.backends.vllm import VLLMGenerator
 
     # Compact JSON for the chat test, which shares this engine (a random model pads JSON with whitespace).
-    gen = VLLMGenerator("tiny:policy", max_model_len=512,
+    gen = VLLMGenerator(tiny.resolve("tiny:policy"), max_model_len=512,
                         structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True})
     yield gen
     anyio.run(gen.close)
@@ -178,7 +179,7 @@ def test_raw_logprobs_mode_matches_hf_with_top_p_at_temperature_1(generator, pol
 
     assert choose_logprobs_mode(1.0, 0.8, 0.0) == "raw_logprobs"
     assert choose_logprobs_mode(0.7, 1.0, 0.0) == "processed_logprobs"
-    gen = build_vllm_generator("tiny:policy", "float32", max_model_len=512, temperature=1.0, top_p=0.8)
+    gen = build_vllm_generator(policy_dir, "float32", max_model_len=512, temperature=1.0, top_p=0.8)
     try:
         assert gen.engine.logprobs_mode == "raw_logprobs"
         outs = anyio.run(gen.generate, PROMPTS, SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.8, seed=2))

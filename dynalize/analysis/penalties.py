@@ -78,7 +78,8 @@ def _from_checkpoint(run: Run) -> PenaltyHistory:
     states = sorted((run.path / "checkpoints").glob("step_*/state.json"))
     for path in reversed(states):
         state = json.loads(path.read_text())
-        buffer = (state.get("penalties") or {}).get("buffer")
+        term = state.get("terms", {}).get("penalties") or state.get("penalties")  # older runs: "penalties"
+        buffer = (term or {}).get("buffer")
         if not buffer:
             continue
         penalties = {d["id"]: Penalty.from_dict(d) for d in buffer["penalties"]}

@@ -19,7 +19,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .. import grpo, tiny
+from .. import grpo
 from ..types import TrainSequence
 from .base import Learner
 from .hf import DTYPES
@@ -30,12 +30,11 @@ class AccelerateLearner(Learner):
 
     def __init__(self, path: str, trainer_cfg: Any, temperature: float = 1.0, dtype: str = "float32",
                  accelerator: Accelerator | None = None):
-        resolved = tiny.resolve(path)
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.cfg = trainer_cfg
         self.temperature = temperature
-        self.tokenizer = AutoTokenizer.from_pretrained(resolved)
-        model = AutoModelForCausalLM.from_pretrained(resolved, dtype=DTYPES[dtype])
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
         model.config.use_cache = False
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay,

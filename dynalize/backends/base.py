@@ -58,7 +58,7 @@ class Generator(abc.ABC):
 
 
 class ChatModel(abc.ABC):
-    """A chat LLM. `chat_json` (see dynalize.backends.chat_json) builds on `chat`."""
+    """A chat LLM. `chat_json` (see dynalize.backends.chat) builds on `chat`."""
 
     @abc.abstractmethod
     async def chat(self, messages: list[Message], **sampling: Any) -> str:

@@ -1,9 +1,9 @@
-"""What every ChatModel gets: JSON replies with retries, a concurrency limit, a scripted engine
-for tests and offline runs, and the config + factory that build an engine by name.
+"""What every ChatModel gets: JSON replies with retries, a concurrency limit, and a scripted engine
+for tests and offline runs. (Settings: `backends.config.ChatModelConfig`; the factory that
+builds an engine from them: `dynalize.build.build_chat_model`.)
 
 Usage:
 
-    model = build_chat_model({"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "qwen"})
     verdict = await chat_json(model, messages, schema={"type": "object", "required": ["hit"]})
 
     fake = ScriptedChatModel(['{"hit": true}'])   # tests: canned replies; fake.calls records inputs
@@ -11,7 +11,6 @@ Usage:
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -20,16 +19,12 @@ from typing import Any
 import anyio
 import json_repair
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from ..types import Message, as_messages
 from .base import ChatModel, EngineError
 
 log = structlog.get_logger("dynalize.backends.chat")
-
-ENGINES = ("openai", "hf", "scripted")
-"""The chat engines `build_chat_model` knows."""
 
 RETRY_PROMPT = (
     "Your previous reply could not be used: {problem}. "
@@ -214,80 +209,3 @@ class ScriptedChatModel(ChatModel):
     def __repr__(self) -> str:
         kind = "function" if callable(self.replies) else f"{len(self.replies)} replies"
         return f"ScriptedChatModel({kind}, calls={len(self.calls)})"
-
-
-# --- config and factory ------------------------------------------------------------------------
-
-class ChatModelConfig(BaseModel):
-    """Which chat model to use for a role (proposer, judge, user simulator, benchmark judge)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
-
-    engine: str = "openai"
-    """`openai` (any OpenAI-compatible endpoint), `hf` (local transformers model), `scripted` (canned)."""
-    model: str | None = None
-    """openai: the model name sent with each request."""
-    base_url: str | None = None
-    """openai: endpoint root including `/v1`, e.g. `http://127.0.0.1:8000/v1`."""
-    api_key_env: str | None = "OPENAI_API_KEY"
-    """openai: NAME of the environment variable holding the API key (None = no key); never the key."""
-    path: str | None = None
-    """hf: model directory or `tiny:<name>`. scripted: `module:attr`, a reply list or function."""
-    timeout: float = Field(60.0, gt=0)
-    """openai: seconds before a request is abandoned (and retried)."""
-    max_retries: int = Field(5, ge=0)
-    """openai: retries after a 429, 5xx, timeout or connection error."""
-    max_concurrency: int = Field(16, gt=0)
-    """Requests in flight at once (hf generates one at a time regardless)."""
-    temperature: float = Field(0.0, ge=0)
-    """Default sampling temperature (0 = greedy); a call's own `temperature` wins."""
-    max_tokens: int = Field(1024, gt=0)
-    """Default longest reply in tokens; a call's own `max_tokens` wins."""
-
-    @field_validator("engine")
-    @classmethod
-    def _known_engine(cls, v: str) -> str:
-        if v not in ENGINES:
-            raise ValueError(f"unknown chat engine {v!r}; known: {', '.join(ENGINES)}")
-        return v
-
-
-def _one_line(e: ValidationError) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-    return f"chat model config: {loc}: {msg}"
-
-
-def _load_script(spec: str) -> list[Reply] | ReplyFn:
-    module, sep, attr = spec.partition(":")
-    if not sep or not attr:
-        raise ValueError(f"scripted chat engine: path must be 'module:attr', got {spec!r}")
-    return getattr(importlib.import_module(module), attr)
-
-
-def build_chat_model(cfg: dict[str, Any] | BaseModel) -> ChatModel:
-    """The chat model `cfg` (a dict or a ChatModelConfig-like pydantic model) describes."""
-    data = cfg.model_dump() if isinstance(cfg, BaseModel) else dict(cfg)
-    try:
-        c = ChatModelConfig.model_validate(data)
-    except ValidationError as e:
-        raise ValueError(_one_line(e)) from None
-    sampling = {"temperature": c.temperature, "max_tokens": c.max_tokens}
-    if c.engine == "openai":
-        if not c.base_url or not c.model:
-            raise ValueError("chat model config: the openai engine needs both base_url and model")
-        from .openai import OpenAIChatModel
-
-        return OpenAIChatModel(c.base_url, c.model, api_key_env=c.api_key_env, timeout=c.timeout,
-                               max_retries=c.max_retries, max_concurrency=c.max_concurrency,
-                               default_sampling=sampling)
-    if c.engine == "hf":
-        if not c.path:
-            raise ValueError("chat model config: the hf engine needs path (a model directory or tiny:<name>)")
-        from .hf_chat import HFChatModel
-
-        return HFChatModel(c.path, default_sampling=sampling)
-    if not c.path:
-        raise ValueError("chat model config: the scripted engine needs path='module:attr' (replies or a function)")
-    return LimitedChatModel(ScriptedChatModel(_load_script(c.path)), c.max_concurrency)

@@ -12,7 +12,6 @@ import anyio
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from .. import tiny
 from ..types import Message
 from .base import Completion, Generator, RewardModel, RMInput, SamplingParams
 
@@ -24,18 +23,17 @@ def default_device() -> str:
 
 
 def load_tokenizer(path: str, **kwargs: Any):
-    """The tokenizer of a model directory (or `tiny:<name>`)."""
-    return AutoTokenizer.from_pretrained(tiny.resolve(path), **kwargs)
+    """The tokenizer of a model directory."""
+    return AutoTokenizer.from_pretrained(path, **kwargs)
 
 
 class HFGenerator(Generator):
-    """Samples with `model.generate` from a private copy of the policy."""
+    """Samples with `model.generate` from a private copy of the policy (a model directory)."""
 
     def __init__(self, path: str, dtype: str = "float32", batch_size: int = 64, device: str | None = None):
-        resolved = tiny.resolve(path)
         self.device = device or default_device()
-        self.tokenizer = AutoTokenizer.from_pretrained(resolved)
-        self.model = AutoModelForCausalLM.from_pretrained(resolved, dtype=DTYPES[dtype]).to(self.device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(self.device).eval()
         self.model.generation_config.pad_token_id = self.tokenizer.pad_token_id
         self.batch_size = batch_size
         self.eos_ids = self._stop_ids()
@@ -110,12 +108,11 @@ class HFRewardModel(RewardModel):
 
     def __init__(self, path: str, batch_size: int = 16, max_length: int = 2048, dtype: str = "float32",
                  device: str | None = None):
-        resolved = tiny.resolve(path)
         self.device = device or default_device()
-        self.tokenizer = AutoTokenizer.from_pretrained(resolved)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForSequenceClassification.from_pretrained(resolved, dtype=DTYPES[dtype])
+        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=DTYPES[dtype])
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self.model.to(self.device).eval()
         self.batch_size = batch_size

@@ -1,6 +1,6 @@
 """ChatModel on a local transformers causal LM, prompted through its tokenizer's chat template.
 
-For offline runs and tests (a `tiny:<name>` model), or a small local judge. Generation runs in a
+For offline runs and tests (a tiny model), or a small local judge. Generation runs in a
 worker thread, one call at a time, so the event loop stays free.
 """
 
@@ -13,7 +13,6 @@ import structlog
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from ..tiny import resolve
 from ..types import Message, as_messages
 from .base import ChatModel, EngineError
 
@@ -35,12 +34,12 @@ class HFChatModel(ChatModel):
     def __init__(self, path: str, *, device: str | None = None, dtype: str = "float32",
                  default_sampling: dict[str, Any] | None = None):
         self.path = path
-        """Model directory, or `tiny:<name>` (built locally by dynalize.tiny)."""
+        """The model directory."""
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         """Where the model runs; default cuda when available, else cpu."""
         self.default_sampling = dict(default_sampling or {})
         """Sampling keys used when a call does not give its own."""
-        directory = resolve(path)
+        directory = path
         self.tokenizer = AutoTokenizer.from_pretrained(directory)
         if not self.tokenizer.chat_template:
             raise EngineError(f"{path}: the tokenizer has no chat template")

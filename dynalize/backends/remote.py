@@ -32,7 +32,6 @@ import httpx
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
-from .. import tiny
 from .base import Completion, EngineError, Generator, SamplingParams
 
 log = structlog.get_logger("dynalize.backends.remote")
@@ -82,7 +81,7 @@ class RemoteGenerator(Generator):
 
         from .vllm import eos_token_ids  # pure helper: does not import vllm
 
-        directory = tiny.resolve(tokenizer_path)
+        directory = tokenizer_path
         self.tokenizer = AutoTokenizer.from_pretrained(directory)
         self.eos_ids = eos_token_ids(self.tokenizer, directory)
         self.version = 0

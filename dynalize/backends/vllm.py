@@ -31,7 +31,6 @@ import anyio
 import structlog
 import torch
 
-from .. import tiny
 from .base import Completion, EngineError, Generator, SamplingParams
 
 log = structlog.get_logger("dynalize.backends.vllm")
@@ -148,7 +147,7 @@ class VLLMEngine:
         from transformers import AutoTokenizer
 
         self.path = path
-        self.directory = tiny.resolve(path)
+        self.directory = path
         self.logprobs_mode = logprobs_mode
         self.on_cpu = not torch.cuda.is_available()
         from vllm.platforms import current_platform

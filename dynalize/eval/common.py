@@ -21,7 +21,7 @@ from rich.progress import (
 )
 
 from ..backends.base import ChatModel
-from ..backends.chat import LimitedChatModel, build_chat_model
+from ..backends.chat import LimitedChatModel
 
 
 class BenchmarkError(ValueError):
@@ -94,6 +94,8 @@ def read_chat_spec(spec: str, flag: str = "--judge") -> dict[str, Any]:
 
 def chat_model_from_spec(spec: str, flag: str, max_concurrency: int) -> ChatModel:
     """Build the chat model `spec` names, with at most `max_concurrency` calls in flight."""
+    from ..build import build_chat_model
+
     try:
         model = build_chat_model(read_chat_spec(spec, flag))
     except BenchmarkError:

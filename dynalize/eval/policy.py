@@ -39,6 +39,9 @@ def load_policy(path: str, engine: str = "hf", *, dtype: str = "float32", batch_
                 **engine_args: Any) -> PolicySampler:
     """A sampler for the model directory `path` (a checkpoint's `policy/` or `tiny:<name>`)."""
     from ..backends.hf import load_tokenizer
+    from ..build import model_dir
+
+    path = model_dir(path)
 
     if engine == "hf":
         from ..backends.hf import HFGenerator

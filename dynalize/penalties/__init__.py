@@ -1,16 +1,7 @@
-"""Evolving penalties: a proposer writes negative rubrics, a buffer keeps the live ones, a judge
-checks every rollout against them, and `PenaltyEngine` joins the three for the training loop."""
+"""Evolving penalties: a proposer writes negative rubrics (`proposer`, `lexical`), a buffer keeps
+the live ones (`buffer`), a judge checks every rollout against them (`judge`). Their settings are
+in `config`; `dynalize.rewards.PenaltyTerm` joins the three into a reward term.
 
-from .buffer import PenaltyBuffer, PenaltyBufferError
-from .candidate import Candidate, ProposalResult, Proposer
-from .engine import PenaltyEngine
-from .judge import Judge, JudgeStats, Judgement, RegexJudge
-from .lexical import LexicalProposer
-from .proposer import LLMProposer
-from .views import ProposerView, ViewSample, build_view
-
-__all__ = [
-    "Candidate", "Judge", "JudgeStats", "Judgement", "LLMProposer", "LexicalProposer", "PenaltyBuffer",
-    "PenaltyBufferError", "PenaltyEngine", "ProposalResult", "Proposer", "ProposerView", "RegexJudge",
-    "ViewSample", "build_view",
-]
+Import from the submodules (this package file imports nothing, so reading the settings loads no
+runtime code).
+"""

@@ -1,17 +1,15 @@
 """The penalty buffer B_t: live penalties, their retirements and revivals, and the history.
 
-Rules (ARCHITECTURE.md): at most one penalty enters per step; a penalty that no judged rollout
-of a step triggers is retired; a retired penalty proposed again comes back with its old id and
-history. Every change bumps `version` (the judge's cache keys on it). With a `path`, each event
-is appended to a JSONL file and flushed at once, so a crash loses nothing.
+Rules (docs/architecture.md): at most one penalty enters per step; a penalty that no judged
+rollout of a step triggers is retired; a retired penalty proposed again comes back with its old
+id and history. Every change bumps `version` (the judge's cache keys on it). Pure state: each
+add / retire / revive and each step's trigger stats is an event, collected until
+`drain_events()`; the run directory writes them (`penalties.jsonl`).
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 from ..types import Penalty
@@ -23,12 +21,11 @@ class PenaltyBufferError(RuntimeError):
 
 
 class PenaltyBuffer:
-    """Penalties by id (`p001`, `p002`, ...), active or retired, with per-step trigger stats."""
+    """Penalties by id (`p001`, `p002`, ...), active or retired, and the events not yet drained."""
 
-    def __init__(self, path: str | Path | None = None):
-        self.path = Path(path) if path is not None else None
+    def __init__(self) -> None:
         self.version = 0
-        self.step_stats: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] = []
         self._penalties: dict[str, Penalty] = {}
         self._next_id = 1
         self._last_add_step: int | None = None
@@ -117,10 +114,8 @@ class PenaltyBuffer:
             return []
         triggers = {p.id: int(trigger_counts.get(p.id, 0)) for p in active}
         prevalence = {pid: (t / n_judged if n_judged else 0.0) for pid, t in triggers.items()}
-        self.step_stats.append({"step": step, "n_judged": n_judged, "triggers": triggers,
-                                "prevalence": prevalence})
-        self._write({"step": step, "event": "stats", "n_judged": n_judged,
-                     "triggers": triggers, "prevalence": prevalence})
+        self._events.append({"step": step, "event": "stats", "n_judged": n_judged,
+                             "triggers": triggers, "prevalence": prevalence})
         retired = []
         for p in active:
             observed = judged.get(p.id, 0) if judged is not None else n_judged
@@ -129,28 +124,31 @@ class PenaltyBuffer:
                 retired.append(p.id)
         return retired
 
+    def drain_events(self) -> list[dict[str, Any]]:
+        """The events since the last call (add / retire / revive / stats, each with its step)."""
+        events, self._events = self._events, []
+        return events
+
     # --- persistence ----------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
         """Everything needed to resume (saved in every checkpoint)."""
         return {"version": self.version, "next_id": self._next_id, "last_add_step": self._last_add_step,
-                "penalties": [p.to_dict() for p in self._penalties.values()],
-                "step_stats": copy.deepcopy(self.step_stats)}
+                "penalties": [p.to_dict() for p in self._penalties.values()]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], path: str | Path | None = None) -> "PenaltyBuffer":
-        buf = cls(path)
+    def from_json(cls, data: dict[str, Any]) -> "PenaltyBuffer":
+        buf = cls()
         buf.load_json(data)
         return buf
 
     def load_json(self, data: dict[str, Any]) -> None:
-        """Replace this buffer's state with `data` (from `to_json`); the events path stays."""
+        """Replace this buffer's state with `data` (from `to_json`)."""
         self.version = int(data["version"])
         self._next_id = int(data["next_id"])
         self._last_add_step = data.get("last_add_step")
         data = copy.deepcopy(data)
         self._penalties = {d["id"]: Penalty.from_dict(d) for d in data["penalties"]}
-        self.step_stats = list(data.get("step_stats", []))
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -163,13 +161,4 @@ class PenaltyBuffer:
         entry = {"step": step, "event": event, **extra}
         p.history.append(entry)
         self.version += 1
-        self._write({"step": step, "event": event, "id": p.id, "title": p.title, **extra})
-
-    def _write(self, line: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(line, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self._events.append({"step": step, "event": event, "id": p.id, "title": p.title, **copy.deepcopy(extra)})

@@ -1,30 +1,16 @@
-"""The `penalties` section of a run config, and the factory that builds a PenaltyEngine from it."""
+"""The `penalties` section of a run config: settings only (`dynalize.build` makes the parts)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..backends.base import ChatModel
-from ..backends.chat import ChatModelConfig, build_chat_model
-from .buffer import PenaltyBuffer
-from .engine import PenaltyEngine
-from .judge import Judge, RegexJudge
-from .lexical import LexicalProposer
-from .proposer import LLMProposer
+from ..backends.config import ChatModelConfig
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-def _check_chat(v: dict[str, Any] | None) -> dict[str, Any] | None:
-    if v is not None:
-        ChatModelConfig.model_validate(v)  # fail at config time, not mid-run
-    return v
 
 
 class LexicalConfig(_Section):
@@ -63,9 +49,9 @@ class LexicalConfig(_Section):
 class ProposerConfig(_Section):
     engine: Literal["lexical", "llm"] = "lexical"
     """`lexical` (n-gram / opener / closer contrast, no LLM) or `llm` (a ChatModel proposes)."""
-    chat: dict[str, Any] | None = None
-    """llm: the proposer's chat model config (see dynalize.backends.chat.ChatModelConfig)."""
-    dedup_chat: dict[str, Any] | None = None
+    chat: ChatModelConfig | None = None
+    """llm: the proposer's chat model (fields: dynalize.backends.config.ChatModelConfig)."""
+    dedup_chat: ChatModelConfig | None = None
     """llm: chat model for the duplicate check (None = the proposer's)."""
     retries: int = Field(3, ge=1)
     """llm: attempts per JSON answer."""
@@ -75,8 +61,6 @@ class ProposerConfig(_Section):
     """llm: each sampled reply is cut to this many characters in the prompt."""
     lexical: LexicalConfig = LexicalConfig()
     """lexical: the contrast thresholds."""
-
-    chat_is_valid = field_validator("chat", "dedup_chat")(_check_chat)
 
     @model_validator(mode="after")
     def _llm_needs_chat(self) -> "ProposerConfig":
@@ -88,8 +72,8 @@ class ProposerConfig(_Section):
 class JudgeConfig(_Section):
     engine: Literal["regex", "llm"] = "regex"
     """`regex` (lexical penalties only, no LLM) or `llm` (a ChatModel judges the rest)."""
-    chat: dict[str, Any] | None = None
-    """llm: the judge's chat model config."""
+    chat: ChatModelConfig | None = None
+    """llm: the judge's chat model."""
     max_concurrency: int = Field(32, gt=0)
     """llm: judge calls in flight at once."""
     retries: int = Field(3, ge=1)
@@ -98,8 +82,6 @@ class JudgeConfig(_Section):
     """llm: verdicts remembered by (text, context, buffer version)."""
     context: bool = True
     """Show the judge the prompt's last user message along with each reply."""
-
-    chat_is_valid = field_validator("chat")(_check_chat)
 
     @model_validator(mode="after")
     def _llm_needs_chat(self) -> "JudgeConfig":
@@ -125,33 +107,3 @@ class PenaltiesConfig(_Section):
     """Who proposes penalties."""
     judge: JudgeConfig = JudgeConfig()
     """Who judges rollouts against them."""
-
-
-ChatFactory = Callable[[dict[str, Any]], ChatModel]
-
-
-def build_penalty_engine(cfg: PenaltiesConfig, chat_factory: ChatFactory = build_chat_model, domain: str = "",
-                         run_dir: str | Path | None = None, seed: int = 0) -> PenaltyEngine:
-    """The engine `cfg` describes; its buffer logs to `<run_dir>/penalties.jsonl` when run_dir is given.
-
-    With the regex judge, an LLM proposer must give a regex (candidates without one are rejected).
-    """
-    p, j = cfg.proposer, cfg.judge
-    if p.engine == "llm":
-        assert p.chat is not None
-        chat = chat_factory(p.chat)
-        proposer: Any = LLMProposer(chat, chat_factory(p.dedup_chat) if p.dedup_chat else None,
-                                    retries=p.retries, max_candidates=p.max_candidates,
-                                    max_chars=p.max_chars, require_regex=j.engine == "regex")
-    else:
-        proposer = LexicalProposer(**p.lexical.model_dump())
-    if j.engine == "llm":
-        assert j.chat is not None
-        judge: Judge = Judge(chat_factory(j.chat), max_concurrency=j.max_concurrency, retries=j.retries,
-                             cache_size=j.cache_size)
-    else:
-        judge = RegexJudge()
-    buffer = PenaltyBuffer(Path(run_dir) / "penalties.jsonl" if run_dir is not None else None)
-    return PenaltyEngine(proposer, judge, buffer, lam=cfg.lam, every=cfg.every, seed=seed, domain=domain,
-                         view_groups=cfg.view_groups, view_per_group=cfg.view_per_group,
-                         view_steps=cfg.view_steps, judge_context=j.context)

@@ -22,6 +22,7 @@ import structlog
 from ..backends.base import ChatModel
 from ..backends.chat import ChatJSONError, chat_json, parse_json
 from ..types import Message, Penalty
+from .config import JudgeConfig
 from .prompting import fence, new_nonce, penalty_list, render
 
 log = structlog.get_logger("dynalize.penalties.judge")
@@ -105,15 +106,12 @@ def verdict_schema(ids: Sequence[str]) -> dict[str, Any]:
 class Judge:
     """Judges texts against penalties. Without a `chat` model only regex penalties get verdicts."""
 
-    def __init__(self, chat: ChatModel | None = None, *, max_concurrency: int = 32, retries: int = 3,
-                 cache_size: int = 4096, sampling: dict[str, Any] | None = None):
+    def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None):
         self.chat = chat
-        self.retries = retries
-        self.sampling = dict(sampling or {})
-        self.max_concurrency = max_concurrency
+        self.cfg = cfg or JudgeConfig()
+        """Retries, concurrency and cache size (penalties.config.JudgeConfig)."""
         self.stats = JudgeStats()
         self._cache: OrderedDict[tuple[str, str | None, int], dict[str, bool]] = OrderedDict()
-        self._cache_size = cache_size
         self._limiter: anyio.CapacityLimiter | None = None
         self._regexes: dict[str, re.Pattern[str] | None] = {}
 
@@ -188,7 +186,7 @@ class Judge:
                 todo.append(key)
         self.stats.cache_hits += len(keys) - len(todo)  # cached texts, and repeats within this call
         if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.max_concurrency)
+            self._limiter = anyio.CapacityLimiter(self.cfg.max_concurrency)
 
         async def one(key: tuple[str, str | None, int]) -> None:
             answers[key] = await self._call(key, penalties, ids)
@@ -208,7 +206,7 @@ class Judge:
             t0 = time.perf_counter()
             try:
                 raw = await chat_json(self.chat, self.messages(text, penalties, context),
-                                      verdict_schema(ids), retries=self.retries, **self.sampling)
+                                      verdict_schema(ids), retries=self.cfg.retries)
             except ChatJSONError as e:  # retried already; keep what the last answer did decide
                 raw = salvage(e.raw)
             except Exception as e:  # noqa: BLE001 - a judge failure must never stop training
@@ -227,7 +225,7 @@ class Judge:
         self.stats.failures += len(failed)
         if not failed:
             self._cache[key] = dict(verdicts)
-            while len(self._cache) > self._cache_size:
+            while len(self._cache) > self.cfg.cache_size:
                 self._cache.popitem(last=False)
         return Judgement(verdicts, failed)
 

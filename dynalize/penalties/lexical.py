@@ -1,51 +1,10 @@
 """The lexical proposer: finds surface patterns the RM rewards, with no LLM (the CPU default).
 
-Features of a reply (presence, not counts): word n-grams (n = 1..3, lower-cased; n-grams made
-only of stop words are skipped), openers (first one and first two whitespace-separated tokens),
-closers (ends with a question mark, or with other closing punctuation than a lone "." such as
-"!" or "..."; last word), and length: "longer than L words" (whitespace
-tokens), for L on a grid of multiples of `length_step`, of which only the largest L that passes
-the tests below competes (the proposer knows no threshold: it reads L off the view's word
-counts; the largest passing L penalises only the excess, not the ordinary length of a reply). With P the view's positive-advantage samples and N its negative ones, a feature
-present in p_c of P and n_c of N is a candidate when
-
-    it occurs in positives of >= `min_groups` distinct groups,
-    prevalence difference  p_c/|P| - n_c/|N|                          >= `min_diff` (0.4),
-    smoothed log-ratio     ln((p_c+1)/(|P|+2)) - ln((n_c+1)/(|N|+2))  >= `min_log_ratio` (1.0;
-                           `length_log_ratio` for length, if set: "longer than L" is common by
-                           construction, so its relative enrichment runs smaller than a word's),
-    negative prevalence    n_c/|N|                                     <= `max_neg_prevalence` (0.5),
-    one-sided Fisher exact p-value of p_c given p_c + n_c              <= `max_p_value` (5e-4),
-    standardised effect on the RM score                                >= `min_effect` (0.8):
-        within each group of the view that has replies with and without the pattern (any advantage
-        sign), their mean RM scores' difference; averaged over those groups (weighted by carriers)
-        and divided by the mean within-group std of RM scores (scale-free, so it means the same on
-        any RM; passes when no group has both). Ordinary wording that comes with better replies
-        is rewarded a little; a pattern the RM pays for in itself is rewarded a lot,
-
-(the p-value keeps common words from passing by chance in a 32-sample view), and it is not
-covered: no active penalty's regex matches over the same spot (an overlapping span) in at least
-half of the positives that show it. The best candidate (difference, then log-ratio, then
-groups, then the kind: opener (one word before two), closer, longer n-gram, length) becomes a
-penalty with a readable title and a case-insensitive regex (for length, `\\A\\s*(?:\\S+\\s+){L}\\S`:
-at least L + 1 words). Length and wording are separate families for coverage: a length
-candidate is covered by any active length penalty (one at a time: no ratcheting the limit
-down), and a length penalty covers no wording (its match spans the reply's first L + 1 words).
-
-Two more checks keep co-travellers and old habits out. Explained away: an active penalty that
-matches at least `coverage` of the candidate's positives, and `explain_lift` times more often
-than replies at large, may be why the candidate looks rewarded (the words of "What do you think
-of it?" travel with the closing question); the candidate is dropped unless it still shows weak
-evidence (below) among the replies that penalty does not match. Rising (with `drift_p_value`
-set and a reference in the view): the pattern must be more prevalent in the view than in the
-run's first batch, one-sided Fisher p <= `drift_p_value`: a hack is something training
-amplifies, while wording that came with better replies from the start is the base policy's.
-
-Weak evidence, used there and for revival: positives of `min_groups` groups, more prevalent
-among positives than negatives, Fisher p <= `weak_p_value` (0.05) and the same effect test.
-Revival: a retired penalty's regex is tested first, on weak evidence (it was shown once
-already). The first that passes (and is not covered) is proposed again, under its old title and
-regex, naming the penalty it revives.
+It contrasts the view's positive- and negative-advantage replies over word n-grams, openers,
+closers and length, keeps the patterns that pass every test of `LexicalConfig` (enrichment,
+Fisher p-value, RM effect within groups), drops those an active penalty covers or explains away,
+and proposes the strongest as a regex penalty. The rules and the evidence for each are in
+docs/penalties.md ("The lexical proposer").
 """
 
 from __future__ import annotations
@@ -62,6 +21,7 @@ import anyio
 
 from ..types import Penalty
 from .candidate import Candidate, ProposalResult
+from .config import LexicalConfig
 from .views import ProposerView, ViewSample
 
 WORD = re.compile(r"\w+(?:'\w+)*")
@@ -177,14 +137,14 @@ class _Effect:
         self.groups: dict[int, list[ViewSample]] = {}
         for s in view.samples:
             self.groups.setdefault(s.group, []).append(s)
-        spreads = [statistics.pstdev([s.rm_score for s in g]) for g in self.groups.values() if len(g) > 1]
+        spreads = [statistics.pstdev([s.score for s in g]) for g in self.groups.values() if len(g) > 1]
         self.spread = statistics.fmean(spreads) if spreads else 0.0
 
     def __call__(self, shows: Callable[[ViewSample], bool]) -> float:
         diffs = []
         for g in self.groups.values():
-            have = [s.rm_score for s in g if shows(s)]
-            lack = [s.rm_score for s in g if not shows(s)]
+            have = [s.score for s in g if shows(s)]
+            lack = [s.score for s in g if not shows(s)]
             if have and lack:
                 diffs.append((statistics.fmean(have) - statistics.fmean(lack), len(have)))
         if not diffs or self.spread <= 0:
@@ -212,24 +172,15 @@ def _overlap(a: re.Pattern[str], b: re.Pattern[str], text: str) -> bool:
 class LexicalProposer:
     """Contrasts positive- and negative-advantage replies of a view; proposes the strongest pattern."""
 
-    def __init__(self, *, min_groups: int = 2, min_diff: float = 0.4, min_log_ratio: float = 1.0,
-                 max_neg_prevalence: float = 0.5, max_p_value: float = 5e-4, coverage: float = 0.5,
-                 length: bool = True, length_step: int = 5, min_effect: float = 0.8,
-                 weak_p_value: float = 0.05, explain_lift: float = 1.5, drift_p_value: float | None = None,
-                 length_log_ratio: float | None = None):
-        self.min_groups = min_groups
-        self.min_diff = min_diff
-        self.min_log_ratio = min_log_ratio
-        self.length_log_ratio = min_log_ratio if length_log_ratio is None else length_log_ratio
-        self.max_neg_prevalence = max_neg_prevalence
-        self.max_p_value = max_p_value
-        self.coverage = coverage
-        self.length = length
-        self.min_effect = min_effect
-        self.weak_p_value = weak_p_value
-        self.explain_lift = explain_lift
-        self.drift_p_value = drift_p_value
-        self.length_step = max(1, length_step)
+    def __init__(self, cfg: LexicalConfig | None = None):
+        self.cfg = cfg or LexicalConfig()
+        """The contrast thresholds (every field is documented in penalties.config.LexicalConfig)."""
+
+    @property
+    def length_log_ratio(self) -> float:
+        """The log-ratio a length pattern must reach."""
+        c = self.cfg
+        return c.min_log_ratio if c.length_log_ratio is None else c.length_log_ratio
 
     async def propose(self, view: ProposerView) -> ProposalResult:
         t0 = time.perf_counter()
@@ -246,7 +197,7 @@ class LexicalProposer:
         """The strongest over-represented pattern as a candidate, or None."""
         result = result or ProposalResult(step=view.step)
         pos, neg = view.positives(), view.negatives()
-        if len(pos) < self.min_groups or not neg:
+        if len(pos) < self.cfg.min_groups or not neg:
             return None
         feats_of = {s.id: reply_features(s.text) for s in view.samples}
         words_of = {s.id: word_count(s.text) for s in view.samples}
@@ -267,11 +218,11 @@ class LexicalProposer:
                                  lambda k=k: effect(lambda s: k in feats_of[s.id]))
             if passed:
                 scored.append((passed[0], k, *passed[1:]))
-        if self.length:
+        if self.cfg.length:
             # the largest length threshold that still separates positives from negatives
             lengths = []
             pos_words, neg_words = [words_of[s.id] for s in pos], [words_of[s.id] for s in neg]
-            for n in range(self.length_step, max(pos_words, default=0), self.length_step):
+            for n in range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step):
                 f = length_feature(n)
                 samples = [s for s, w in zip(pos, pos_words) if w > n]
                 passed = self._score(samples, sum(w > n for w in neg_words), len(pos), len(neg), f.kind,
@@ -314,11 +265,11 @@ class LexicalProposer:
         groups = len({s.group for s in samples})
         p, q = len(samples) / n_pos, n_neg_with / n_neg
         lr = math.log((len(samples) + 1) / (n_pos + 2)) - math.log((n_neg_with + 1) / (n_neg + 2))
-        min_lr = self.length_log_ratio if kind == "length" else self.min_log_ratio
-        if (groups >= self.min_groups and p - q >= self.min_diff and lr >= min_lr
-                and q <= self.max_neg_prevalence
-                and fisher_p(len(samples), n_pos, n_neg_with, n_neg) <= self.max_p_value
-                and (self.min_effect <= 0 or effect() >= self.min_effect)):
+        min_lr = self.length_log_ratio if kind == "length" else self.cfg.min_log_ratio
+        if (groups >= self.cfg.min_groups and p - q >= self.cfg.min_diff and lr >= min_lr
+                and q <= self.cfg.max_neg_prevalence
+                and fisher_p(len(samples), n_pos, n_neg_with, n_neg) <= self.cfg.max_p_value
+                and (self.cfg.min_effect <= 0 or effect() >= self.cfg.min_effect)):
             return (round(p - q, 9), round(lr, 9), groups, -_KIND_RANK[kind]), p, q
         return None
 
@@ -349,21 +300,21 @@ class LexicalProposer:
         n_neg = sum(map(shows, neg))
         p, q = len(samples) / len(pos), n_neg / len(neg)
         groups = len({s.group for s in samples})
-        if (groups < self.min_groups or p <= q
-                or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.weak_p_value
-                or (self.min_effect > 0 and effect(shows) < self.min_effect)):
+        if (groups < self.cfg.min_groups or p <= q
+                or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.cfg.weak_p_value
+                or (self.cfg.min_effect > 0 and effect(shows) < self.cfg.min_effect)):
             return None
         return samples, p, q, groups
 
     def _explained(self, f: Feature, samples: list[ViewSample], view: ProposerView) -> bool:
         """Whether an active penalty that travels with the pattern explains it away (module docstring)."""
-        if self.explain_lift <= 0:
+        if self.cfg.explain_lift <= 0:
             return False
         own = re.compile(f.regex)
         for _, rx in _compiled(view.active):
             share = sum(rx.search(s.text) is not None for s in samples) / len(samples)
             base = sum(rx.search(s.text) is not None for s in view.samples) / len(view.samples)
-            if share < max(self.coverage, self.explain_lift * base):
+            if share < max(self.cfg.coverage, self.cfg.explain_lift * base):
                 continue
             rest = ProposerView(view.step, [s for s in view.samples if rx.search(s.text) is None])
             if self._weak_evidence(rest.positives(), rest.negatives(), _Effect(rest),
@@ -373,12 +324,12 @@ class LexicalProposer:
 
     def _rising(self, f: Feature, view: ProposerView) -> bool:
         """Whether the pattern is more prevalent now than in the view's reference (module docstring)."""
-        if self.drift_p_value is None or not view.reference:
+        if self.cfg.drift_p_value is None or not view.reference:
             return True
         rx = re.compile(f.regex)
         now = sum(rx.search(s.text) is not None for s in view.samples)
         then = sum(rx.search(s.text) is not None for s in view.reference)
-        return fisher_p(now, len(view.samples), then, len(view.reference)) <= self.drift_p_value
+        return fisher_p(now, len(view.samples), then, len(view.reference)) <= self.cfg.drift_p_value
 
     def _covered(self, f: Feature, samples: list[ViewSample], view: ProposerView) -> bool:
         """Whether an active regex penalty already matches this pattern where it occurs."""
@@ -389,7 +340,7 @@ class LexicalProposer:
             if f.kind == "length" or pen.regex == f.regex:
                 return True
             hit = sum(_overlap(own, rx, s.text) for s in samples)
-            if hit >= self.coverage * len(samples):
+            if hit >= self.cfg.coverage * len(samples):
                 return True
         return False
 

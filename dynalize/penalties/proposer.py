@@ -29,6 +29,7 @@ from ..backends.base import ChatModel
 from ..backends.chat import chat_json
 from ..types import Message
 from .candidate import Candidate, ProposalResult, normalize_title, regex_error
+from .config import ProposerConfig
 from .prompting import fence, new_nonce, penalty_list, render
 from .views import ProposerView
 
@@ -66,27 +67,26 @@ def resolve_sample_id(ref: Any, ids: list[str]) -> str | None:
 
 
 class LLMProposer:
-    """Proposes penalties with `chat`; checks duplicates with `dedup_chat` (default: `chat`)."""
+    """Proposes penalties with `chat`; checks duplicates with `dedup_chat` (default: `chat`).
 
-    def __init__(self, chat: ChatModel, dedup_chat: ChatModel | None = None, *, retries: int = 3,
-                 max_candidates: int = 5, require_regex: bool = False, max_chars: int = 1500,
-                 sampling: dict[str, Any] | None = None, dedup_sampling: dict[str, Any] | None = None):
+    `require_regex`: reject candidates without a regex (when the judge can only decide lexical
+    penalties).
+    """
+
+    def __init__(self, chat: ChatModel, cfg: ProposerConfig | None = None, dedup_chat: ChatModel | None = None,
+                 *, require_regex: bool = False):
         self.chat = chat
         self.dedup_chat = dedup_chat or chat
-        self.retries = retries
-        self.max_candidates = max_candidates
+        self.cfg = cfg or ProposerConfig()
+        """Retries, candidates per step, characters per sample (penalties.config.ProposerConfig)."""
         self.require_regex = require_regex
-        self.max_chars = max_chars
-        self.sampling = dict(sampling or {})
-        self.dedup_sampling = dict(dedup_sampling or {})
 
     async def propose(self, view: ProposerView) -> ProposalResult:
         """Ask, filter, deduplicate, keep the best. Errors come back in `result.error`."""
         result = ProposalResult(step=view.step)
         t0 = time.perf_counter()
         try:
-            raw = await chat_json(self.chat, self.messages(view), PROPOSAL_SCHEMA,
-                                  retries=self.retries, **self.sampling)
+            raw = await chat_json(self.chat, self.messages(view), PROPOSAL_SCHEMA, retries=self.cfg.retries)
             found = self._parse(raw, result)
             kept = [c for c in found if self._check(c, view, result)]
             kept = await self._dedup(kept, view, result)
@@ -103,15 +103,15 @@ class LLMProposer:
 
     def messages(self, view: ProposerView) -> list[Message]:
         """The proposer's prompt; every sample text is fenced as data."""
-        texts = [s.text[: self.max_chars] for s in view.samples]
+        texts = [s.text[: self.cfg.max_chars] for s in view.samples]
         nonce = new_nonce(*texts)
         blocks = []
         for s, text in zip(view.samples, texts):
-            cut = " (cut)" if len(s.text) > self.max_chars else ""
-            blocks.append(f"[{s.id}] group {s.group} | RM score {s.rm_score:.3f} | advantage {s.sign}{cut}\n"
+            cut = " (cut)" if len(s.text) > self.cfg.max_chars else ""
+            blocks.append(f"[{s.id}] group {s.group} | RM score {s.score:.3f} | advantage {s.sign}{cut}\n"
                           + fence("sample", text, nonce))
         system = render("proposer_system", domain=view.domain or "(not described)")
-        user = render("proposer_user", n_samples=len(view.samples), max_candidates=self.max_candidates,
+        user = render("proposer_user", n_samples=len(view.samples), max_candidates=self.cfg.max_candidates,
                       penalties=penalty_list(view.active), samples="\n\n".join(blocks))
         return [Message("system", system), Message("user", user)]
 
@@ -169,8 +169,7 @@ class LLMProposer:
         listing = "\n".join(f"- c{i + 1}: {c.title}. {c.description}" for i, c in enumerate(kept))
         msgs = [Message("system", render("dedup_system")),
                 Message("user", render("dedup_user", penalties=penalty_list(known), candidates=listing))]
-        raw = await chat_json(self.dedup_chat, msgs, DEDUP_SCHEMA, retries=self.retries,
-                              **self.dedup_sampling)
+        raw = await chat_json(self.dedup_chat, msgs, DEDUP_SCHEMA, retries=self.cfg.retries)
         active = {p.id for p in view.active}
         retired = {p.id for p in view.retired}
         dropped: set[int] = set()

@@ -1,5 +1,6 @@
-"""The proposer's view of a batch: a seeded sample of rollouts, each with its RM score and the
-sign of its RM-only advantage, plus the current penalties.
+"""The proposer's view of a batch: a seeded sample of rollouts, each with its score before
+penalties (the RM score in an RM-only run) and the sign of that score's advantage, plus the
+current penalties.
 
 By default 2 rollouts from each of 16 groups (32 in all), drawn with an RNG seeded from
 (seed, step) so a run is reproducible. Each sample gets a short id (`s07`) the proposer cites.
@@ -25,8 +26,10 @@ class ViewSample:
     id: str
     group: int
     text: str
-    rm_score: float
-    sign: str  # "+", "-" or "0": the sign of its RM-only advantage within its group
+    score: float
+    """The reward before penalties (the RM score when the RM is the only other term)."""
+    sign: str
+    """"+", "-" or "0": the sign of that score's advantage within its group."""
 
 
 @dataclass
@@ -61,13 +64,15 @@ def view_rng(seed: int, step: int) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def build_view(batch: Batch, *, seed: int = 0, step: int | None = None, groups: int = 16,
-               per_group: int = 2, active: list[Penalty] | None = None,
-               retired: list[Penalty] | None = None, domain: str = "") -> ProposerView:
+def build_view(batch: Batch, scores: list[list[float]], advantages: list[list[float]], *, seed: int = 0,
+               step: int | None = None, groups: int = 16, per_group: int = 2,
+               active: list[Penalty] | None = None, retired: list[Penalty] | None = None,
+               domain: str = "") -> ProposerView:
     """Sample `per_group` rollouts from each of `groups` groups of `batch` (fewer if it is smaller).
 
-    Samples are listed group by group, with ids `s01`, `s02`, ... in that order. Texts are copied,
-    so the view does not change when the batch does.
+    `scores[g][i]` and `advantages[g][i]` belong to rollout i of group g: the reward before
+    penalties and its group advantage. Samples are listed group by group, with ids `s01`, `s02`,
+    ... in that order. Texts are copied, so the view does not change when the batch does.
     """
     step = batch.step if step is None else step
     rng = view_rng(seed, step)
@@ -77,9 +82,10 @@ def build_view(batch: Batch, *, seed: int = 0, step: int | None = None, groups: 
     width = max(2, len(str(len(chosen) * per_group)))
     for gi in chosen:
         group = batch.groups[gi]
-        for r in rng.sample(group, min(per_group, len(group))):
+        for i in rng.sample(range(len(group)), min(per_group, len(group))):
             sid = f"s{len(samples) + 1:0{width}d}"
-            samples.append(ViewSample(sid, gi, r.text, float(r.rm_score), advantage_sign(r.rm_advantage)))
+            samples.append(ViewSample(sid, gi, group[i].text, float(scores[gi][i]),
+                                      advantage_sign(advantages[gi][i])))
     return ProposerView(step=step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain)
 
@@ -97,7 +103,7 @@ def pool_views(views: list[ProposerView], *, step: int | None = None, active: li
     for vi, v in enumerate(views if len(views) > 1 else []):
         for s in v.samples:
             g = group_of.setdefault((vi, s.group), len(group_of))
-            samples.append(ViewSample(f"s{len(samples) + 1:0{width}d}", g, s.text, s.rm_score, s.sign))
+            samples.append(ViewSample(f"s{len(samples) + 1:0{width}d}", g, s.text, s.score, s.sign))
     last = views[-1].step if views else 0
     return ProposerView(step=last if step is None else step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain, reference=list(reference or []))

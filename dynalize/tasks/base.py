@@ -10,13 +10,13 @@ A new domain is one subclass plus one YAML file naming it as `my_pkg.my_module:M
 from __future__ import annotations
 
 import abc
-import importlib
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..backends.base import RewardModel, RMInput
-from ..config import ConfigError
+from ..errors import ConfigError, one_line
+from ..plugins import import_object
 from ..types import Message, Prompt
 
 Split = Literal["train", "eval"]
@@ -83,11 +83,10 @@ def task_class(name: str) -> type[Task]:
     if ":" not in target:
         known = ", ".join(sorted(BUILTIN_TASKS))
         raise UnknownTaskError(f"unknown task {name!r}: use one of {known} or 'package.module:Class'")
-    module_name, _, attr = target.partition(":")
     try:
-        cls: Any = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise UnknownTaskError(f"cannot import task {name!r}: {e}") from None
+        cls: Any = import_object(target, "task")
+    except ConfigError as e:
+        raise UnknownTaskError(str(e)) from None
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise UnknownTaskError(f"task {name!r} is not a dynalize.tasks.base.Task subclass")
     return cls
@@ -99,8 +98,5 @@ def build_task(name: str, args: dict[str, Any], seed: int) -> Task:
     try:
         parsed = cls.Args.model_validate(args)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        what = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ConfigError(f"config error: task.args.{loc}: {what}") from None
+        raise ConfigError(one_line(e, loc_prefix="task.args.")) from None
     return cls(parsed, seed=seed)

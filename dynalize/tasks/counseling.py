@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from ..backends.base import ChatModel
-from ..backends.chat import ChatModelConfig, build_chat_model
-from ..config import ConfigError
+from ..backends.config import ChatModelConfig
+from ..errors import ConfigError
 from ..types import Message, Prompt
 from .base import Split, Task
 from .data import DataArgs, Row, load_splits, missing, read_rows, read_text_file, short_hash
@@ -181,6 +181,8 @@ class CounselingMultiturnTask(CounselingTask):
             self._simulator = self._build_simulator()
 
     def _build_simulator(self) -> ChatModel:
+        from ..build import build_chat_model
+
         try:
             return build_chat_model(self.args.user_simulator)
         except (ValueError, ImportError, AttributeError) as e:

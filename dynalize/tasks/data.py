@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import Field
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .base import TaskArgs
 
 T = TypeVar("T")

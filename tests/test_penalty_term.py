@@ -1,4 +1,4 @@
-"""PenaltyEngine: rewards and verdicts, retirement, background proposals, metrics, checkpoints."""
+"""PenaltyTerm: rewards and verdicts, retirement, background proposals, metrics, checkpoints."""
 
 import json
 import time
@@ -7,28 +7,47 @@ import anyio
 import pytest
 
 from dynalize.backends.chat import ScriptedChatModel
+from dynalize.build import build_penalty_term
 from dynalize.penalties.buffer import PenaltyBuffer
 from dynalize.penalties.candidate import Candidate, ProposalResult
-from dynalize.penalties.config import PenaltiesConfig, build_penalty_engine
-from dynalize.penalties.engine import PenaltyEngine
+from dynalize.penalties.config import PenaltiesConfig
 from dynalize.penalties.judge import Judge, RegexJudge
 from dynalize.penalties.lexical import LexicalProposer
+from dynalize.rewards import PenaltyTerm, RewardTerm, TermScores, score_batch
 from dynalize.types import Batch, Message, Rollout
 
 
-def rollout(group, replies, rm, adv=0.0, prompt="Write something."):
+def rollout(group, replies, rm, prompt="Write something."):
     replies = [replies] if isinstance(replies, str) else replies
     return Rollout(prompt_id=f"q{group}", group=group, prompt_ids=[1], completion_ids=[2], logprobs=[0.0],
                    loss_mask=[1], replies=replies, policy_version=0, messages=[Message("user", prompt)],
-                   rm_score=rm, rm_advantage=adv)
+                   info={"preset_rm": rm})
+
+
+class PresetRM(RewardTerm):
+    """The RM term, with each rollout's score given in advance."""
+
+    name = "rm"
+
+    async def score(self, batch):
+        return TermScores([r.info["preset_rm"] for r in batch.rollouts])
+
+
+async def score(term, batch):
+    """Score `batch` with the RM and `term`, as the loop does; returns the events by term."""
+    return await score_batch([PresetRM(), term], batch)
+
+
+def term(proposer, judge, buffer=None, **cfg):
+    return PenaltyTerm(PenaltiesConfig(enabled=True, **cfg), proposer, judge, buffer)
 
 
 def hacked_batch(step=0, n_groups=8):
-    """Per group: two replies opening with "Zounds," (RM likes them) and two plain ones."""
+    """Per group: two replies opening with "Zounds," (RM likes them: advantage +0.5) and two plain ones."""
     groups = []
     for g in range(n_groups):
-        groups.append([rollout(g, f"Zounds, reply {g} number {i} here.", 2.0, +0.5) for i in range(2)]
-                      + [rollout(g, f"Plain reply {g} number {i} there.", 1.0, -0.5) for i in range(2)])
+        groups.append([rollout(g, f"Zounds, reply {g} number {i} here.", 2.0) for i in range(2)]
+                      + [rollout(g, f"Plain reply {g} number {i} there.", 1.0) for i in range(2)])
     return Batch(step=step, groups=groups)
 
 
@@ -59,11 +78,12 @@ def test_score_fills_verdicts_violations_reward_and_retires():
     buf = PenaltyBuffer()
     buf.add(candidate(), step=0)
     buf.add(Candidate("Says gadzooks", "d", ["s1", "s2"], r"(?i)\bgadzooks\b"), step=1)
-    eng = PenaltyEngine(FakeProposer(), RegexJudge(), buf, lam=0.5)
+    eng = term(FakeProposer(), RegexJudge(), buf, lam=0.5)
     batch = hacked_batch(step=2)
-    anyio.run(eng.score, 2, batch)
+    anyio.run(score, eng, batch)
     r_hack, r_plain = batch.groups[0][0], batch.groups[0][2]
-    assert r_hack.verdicts == {"p001": True, "p002": False} and r_hack.violations == 1
+    assert r_hack.info["verdicts"] == {"p001": True, "p002": False} and r_hack.info["violations"] == 1
+    assert r_hack.scores == {"rm": 2.0, "penalties": -0.5}
     assert r_hack.reward == pytest.approx(1.5) and r_plain.reward == pytest.approx(1.0)
     assert [p.id for p in buf.active()] == ["p001"]  # p002 triggered nowhere: retired
     m = eng.metrics()
@@ -83,13 +103,14 @@ def test_multi_turn_counts_distinct_penalties_over_replies():
     buf = PenaltyBuffer()
     buf.add(Candidate("Flatters", "Praises the question.", []), step=0)
     buf.add(Candidate("Asks back", "Ends with a question.", []), step=1)
-    eng = PenaltyEngine(FakeProposer(), Judge(chat), buf, lam=0.5)
+    eng = term(FakeProposer(), Judge(chat), buf, lam=0.5)
     r = rollout(0, ["Great question! Here it is.", "Sure, more?", "Great question again?"], rm=3.0)
     other = rollout(0, ["Fine.", "Done."], rm=1.0)
-    anyio.run(eng.score, 2, Batch(2, [[r, other]]))
+    anyio.run(score, eng, Batch(2, [[r, other]]))
     assert len(chat.calls) == 5  # one call per policy reply
-    assert r.verdicts == {"p001": True, "p002": True} and r.violations == 2 and r.reward == pytest.approx(2.0)
-    assert other.violations == 0 and other.reward == 1.0
+    assert r.info["verdicts"] == {"p001": True, "p002": True} and r.info["violations"] == 2
+    assert r.reward == pytest.approx(2.0)
+    assert other.info["violations"] == 0 and other.reward == 1.0
     assert "Write something." in chat.calls[0][1].content  # the prompt goes along as context
 
 
@@ -97,12 +118,12 @@ def test_proposal_lands_at_first_score_after_it_finishes():
     async def main():
         prop = FakeProposer(candidate())
         prop.release = anyio.Event()
-        eng = PenaltyEngine(prop, RegexJudge(), PenaltyBuffer(), every=5)
+        eng = term(prop, RegexJudge(), every=5)
         async with anyio.create_task_group() as tg:
             for step in range(13):
                 batch = hacked_batch(step)
-                await eng.score(step, batch)
-                eng.maybe_propose(step, batch, tg)
+                await score(eng, batch)
+                eng.observe(batch, tg)
                 if step == 7:
                     prop.release.set()
                     with anyio.fail_after(5):
@@ -122,15 +143,15 @@ def test_proposal_lands_at_first_score_after_it_finishes():
 def test_score_never_waits_for_a_slow_proposer():
     async def main():
         prop = FakeProposer(candidate(), delay=0.5)
-        eng = PenaltyEngine(prop, RegexJudge(), PenaltyBuffer(), every=100)
+        eng = term(prop, RegexJudge(), every=100)
         score_started, in_flight_steps = [], 0
         async with anyio.create_task_group() as tg:
             for step in range(40):
                 batch = hacked_batch(step)
                 score_started.append(time.perf_counter())
-                await eng.score(step, batch)
+                await score(eng, batch)
                 in_flight_steps += eng.in_flight
-                eng.maybe_propose(step, batch, tg)
+                eng.observe(batch, tg)
                 await anyio.sleep(0.05)
         return eng, prop, score_started, in_flight_steps
 
@@ -142,14 +163,13 @@ def test_score_never_waits_for_a_slow_proposer():
 
 def test_failing_proposer_is_counted_and_training_goes_on():
     async def main():
-        eng = PenaltyEngine(FakeProposer(error=RuntimeError("proposer exploded")), RegexJudge(),
-                            PenaltyBuffer(), every=2)
+        eng = term(FakeProposer(error=RuntimeError("proposer exploded")), RegexJudge(), every=2)
         metrics = []
         async with anyio.create_task_group() as tg:
             for step in range(6):
                 batch = hacked_batch(step)
-                await eng.score(step, batch)
-                eng.maybe_propose(step, batch, tg)
+                await score(eng, batch)
+                eng.observe(batch, tg)
                 await anyio.sleep(0.01)
                 metrics.append(eng.metrics())
         return eng, metrics
@@ -160,41 +180,40 @@ def test_failing_proposer_is_counted_and_training_goes_on():
     assert len(eng.buffer.all()) == 0 and not eng.in_flight
 
 
-def test_lexical_end_to_end_penalises_the_hack(tmp_path):
+def test_lexical_end_to_end_penalises_the_hack():
     cfg = PenaltiesConfig(enabled=True, every=1, view_groups=8)
-    eng = build_penalty_engine(cfg, domain="toy", run_dir=tmp_path, seed=3)
+    eng = build_penalty_term(cfg, domain="toy", seed=3)
     assert isinstance(eng.proposer, LexicalProposer) and isinstance(eng.judge, RegexJudge)
 
     async def main():
         async with anyio.create_task_group() as tg:
             b0 = hacked_batch(0)
-            await eng.score(0, b0)
-            eng.maybe_propose(0, b0, tg)
+            assert await score(eng, b0) == {}  # nothing happened yet: no events
+            eng.observe(b0, tg)
         b1 = hacked_batch(1)
-        await eng.score(1, b1)
-        return b1
+        return b1, await score(eng, b1)
 
-    b1 = anyio.run(main)
+    b1, events = anyio.run(main)
     [p] = eng.buffer.active()
     assert p.title == 'Replies open with "Zounds,"' and p.created_step == 1
-    assert b1.groups[3][0].violations == 1 and b1.groups[3][0].reward == pytest.approx(1.5)
-    assert b1.groups[3][3].violations == 0
-    events = [json.loads(x) for x in (tmp_path / "penalties.jsonl").read_text().splitlines()]
+    assert b1.groups[3][0].info["violations"] == 1 and b1.groups[3][0].reward == pytest.approx(1.5)
+    assert b1.groups[3][3].info["violations"] == 0
+    events = [json.loads(json.dumps(e)) for e in events["penalties"]]
     assert [e["event"] for e in events] == ["add", "stats"] and events[0]["proposed_at"] == 0
 
 
 def test_state_dict_round_trip_keeps_pending_proposal():
-    eng = PenaltyEngine(FakeProposer(), RegexJudge(), PenaltyBuffer(), every=1)
+    eng = term(FakeProposer(), RegexJudge(), every=1)
     eng.buffer.add(candidate("Old", r"\bold\b"), step=0)
     eng.pending = ProposalResult(step=4, accepted=candidate())
     eng.totals["proposer/accepted"] = 2.0
     state = json.loads(json.dumps(eng.state_dict()))
-    fresh = PenaltyEngine(FakeProposer(), RegexJudge(), PenaltyBuffer(), every=1)
+    fresh = term(FakeProposer(), RegexJudge(), every=1)
     fresh.load_state_dict(state)
     assert fresh.buffer.to_json() == eng.buffer.to_json() and fresh.totals == {"proposer/accepted": 2.0}
     batch = hacked_batch(5)
-    anyio.run(fresh.score, 5, batch)
-    assert fresh.buffer.get("p002").created_step == 5 and batch.groups[0][0].violations == 1
+    anyio.run(score, fresh, batch)
+    assert fresh.buffer.get("p002").created_step == 5 and batch.groups[0][0].info["violations"] == 1
 
 
 def test_llm_config_builds_llm_parts():
@@ -207,10 +226,10 @@ def test_llm_config_builds_llm_parts():
     chat = {"engine": "scripted", "path": "tests.nowhere:replies"}
     cfg = PenaltiesConfig.model_validate({"proposer": {"engine": "llm", "chat": chat},
                                           "judge": {"engine": "llm", "chat": chat, "max_concurrency": 4}})
-    eng = build_penalty_engine(cfg, factory, domain="stories")
-    assert len(made) == 2 and eng.judge.max_concurrency == 4 and eng.proposer.require_regex is False
+    eng = build_penalty_term(cfg, domain="stories", chat_factory=factory)
+    assert len(made) == 2 and eng.judge.cfg.max_concurrency == 4 and eng.proposer.require_regex is False
     cfg = PenaltiesConfig.model_validate({"proposer": {"engine": "llm", "chat": chat}})
-    assert build_penalty_engine(cfg, factory).proposer.require_regex is True
+    assert build_penalty_term(cfg, chat_factory=factory).proposer.require_regex is True
     with pytest.raises(ValueError, match="needs judge.chat"):
         PenaltiesConfig.model_validate({"judge": {"engine": "llm"}})
     with pytest.raises(ValueError):
@@ -224,14 +243,14 @@ def _propose_all(eng, steps):
                 batch = hacked_batch(step, n_groups=3)
                 for r in batch.rollouts:
                     r.replies = [f"{r.replies[0]} (step {step})"]
-                eng.maybe_propose(step, batch, tg)
+                eng.observe(batch, tg)
                 await anyio.sleep(0)
     anyio.run(go)
 
 
 def test_proposer_reads_the_last_view_steps_batches_and_the_first_as_reference():
     prop = FakeProposer()
-    eng = PenaltyEngine(prop, RegexJudge(), PenaltyBuffer(), every=3, view_steps=2, view_per_group=4)
+    eng = term(prop, RegexJudge(), every=3, view_steps=2, view_per_group=4)
     _propose_all(eng, range(7))
     assert [v.step for v in prop.views] == [0, 3, 6]
     first, later = prop.views[0], prop.views[1]
@@ -245,7 +264,7 @@ def test_proposer_reads_the_last_view_steps_batches_and_the_first_as_reference()
     # checkpoint: a resumed engine pools the same batches and keeps the same reference
     state = json.loads(json.dumps(eng.state_dict()))
     fresh_prop = FakeProposer()
-    fresh = PenaltyEngine(fresh_prop, RegexJudge(), PenaltyBuffer(), every=3, view_steps=2, view_per_group=4)
+    fresh = term(fresh_prop, RegexJudge(), every=3, view_steps=2, view_per_group=4)
     fresh.load_state_dict(state)
     _propose_all(fresh, [7, 8, 9])
     _propose_all(eng, [7, 8, 9])

@@ -1,12 +1,13 @@
-"""The coordinator the training loop calls: judge, reward, retire, and background proposals.
+"""Dynalize's term: `−λ · violations` of the live penalties, and the background proposals that
+keep the penalty buffer up to date.
 
-Per step the loop calls `score(step, batch)` (after RM scores are in) and then
-`maybe_propose(step, batch, task_group)` (after RM-only advantages are in). A proposal runs in
-the background, never awaited by training; when it finishes, its accepted penalty enters the
-buffer at the start of the next `score` call, so it applies from the next batch on. Only one
-proposal is in flight at a time. The proposer reads the last `view_steps` batches (pooled), and
-the view carries a sample of the run's first batch as a reference for what the untrained policy
-wrote.
+`score` applies a finished proposal (so a new penalty counts from the next batch on), judges
+every policy reply against all active penalties in one pass, and retires penalties that nothing
+triggered. `observe` keeps the view of the scored batch and, every `every` steps, starts a
+proposal in the background: training never waits for it, and only one runs at a time. The
+proposer reads the last `view_steps` batches (pooled), each sample with its reward before
+penalties and that reward's advantage sign, plus a sample of the run's first batch as a
+reference for what the untrained policy wrote.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from typing import Any
 import anyio.abc
 import structlog
 
+from .. import grpo
+from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
+from ..penalties.candidate import Candidate, ProposalResult, Proposer
+from ..penalties.config import PenaltiesConfig
+from ..penalties.judge import Judge
+from ..penalties.views import ProposerView, ViewSample, build_view, pool_views
 from ..types import Batch, Rollout
-from .buffer import PenaltyBuffer, PenaltyBufferError
-from .candidate import Candidate, ProposalResult, Proposer
-from .judge import Judge
-from .views import ProposerView, ViewSample, build_view, pool_views
+from .base import RewardTerm, TermScores
 
-log = structlog.get_logger("dynalize.penalties.engine")
+log = structlog.get_logger("dynalize.rewards.penalties")
 
 
 def prompt_context(r: Rollout) -> str | None:
@@ -35,86 +39,91 @@ def prompt_context(r: Rollout) -> str | None:
     return users[-1] if users else None
 
 
-class PenaltyEngine:
-    """Evolving penalties for one run: proposer + judge + buffer, with per-step metrics."""
+class PenaltyTerm(RewardTerm):
+    """Evolving penalties for one run: proposer + judge + buffer, with per-step metrics.
 
-    def __init__(self, proposer: Proposer, judge: Judge, buffer: PenaltyBuffer, *, lam: float = 0.5,
-                 every: int = 5, seed: int = 0, domain: str = "", view_groups: int = 16,
-                 view_per_group: int = 2, view_steps: int = 1, judge_context: bool = True):
-        if every < 1 or view_steps < 1:
-            raise ValueError(f"every and view_steps must be >= 1, got {every} and {view_steps}")
-        self.proposer, self.judge, self.buffer = proposer, judge, buffer
-        self.lam, self.every, self.seed, self.domain = lam, every, seed, domain
-        self.view_groups, self.view_per_group = view_groups, view_per_group
-        self.judge_context = judge_context
-        self.recent: deque[ProposerView] = deque(maxlen=view_steps)  # views of the latest batches
+    Records per rollout `verdicts` ({penalty id: triggered by any reply}), `violations` (how many
+    distinct penalties) and `judge_failed` (ids without a valid verdict). Events (add / retire /
+    revive / stats) go to `penalties.jsonl`.
+    """
+
+    name = "penalties"
+
+    def __init__(self, cfg: PenaltiesConfig, proposer: Proposer, judge: Judge, buffer: PenaltyBuffer | None = None,
+                 *, seed: int = 0, domain: str = ""):
+        self.cfg = cfg
+        self.proposer, self.judge = proposer, judge
+        self.buffer = buffer if buffer is not None else PenaltyBuffer()
+        self.seed, self.domain = seed, domain
+        self.recent: deque[ProposerView] = deque(maxlen=cfg.view_steps)  # views of the latest batches
         self.reference: list[ViewSample] = []  # the view of the run's first batch
         self.in_flight = False
         self.pending: ProposalResult | None = None
         self.totals: dict[str, float] = {}
         self._step: dict[str, float] = {}
 
-    # --- the two calls of the loop --------------------------------------------------------------
+    # --- the term ---------------------------------------------------------------------------------
 
-    async def score(self, step: int, batch: Batch) -> None:
-        """Apply a finished proposal, judge every reply, fill verdicts / violations / reward, retire."""
-        self._apply_pending(step)
+    async def score(self, batch: Batch) -> TermScores:
+        """Apply a finished proposal, judge every reply, retire what nothing triggered."""
+        self._apply_pending(batch.step)
         rollouts = batch.rollouts
         active = self.buffer.active()
         texts, contexts, owner = [], [], []
         if active:
             for i, r in enumerate(rollouts):
-                ctx = prompt_context(r) if self.judge_context else None
+                ctx = prompt_context(r) if self.cfg.judge.context else None
                 for reply in r.replies or [r.text]:
                     texts.append(reply)
                     contexts.append(ctx)
                     owner.append(i)
         judgements = await self.judge.assess(texts, active, self.buffer.version, contexts) if texts else []
         verdicts: list[dict[str, bool]] = [dict.fromkeys((p.id for p in active), False) for _ in rollouts]
+        failed: list[set[str]] = [set() for _ in rollouts]
         valid: list[set[str]] = [set() for _ in rollouts]
         for i, j in zip(owner, judgements):
             for pid, hit in j.verdicts.items():
                 verdicts[i][pid] = verdicts[i][pid] or hit
-                if pid not in j.failed:
-                    valid[i].add(pid)
+                (failed if pid in j.failed else valid)[i].add(pid)
         triggers = {p.id: 0 for p in active}
         judged = {p.id: 0 for p in active}
-        for r, v, ok in zip(rollouts, verdicts, valid):
-            r.verdicts = v
-            r.violations = sum(v.values())
-            r.reward = r.rm_score - self.lam * r.violations
+        violations = []
+        for v, ok in zip(verdicts, valid):
+            violations.append(sum(v.values()))
             for pid, hit in v.items():
                 triggers[pid] += hit
                 judged[pid] += pid in ok
-        retired = self.buffer.end_step(step, triggers, len(rollouts), judged)
+        retired = self.buffer.end_step(batch.step, triggers, len(rollouts), judged)
         n = len(rollouts)
         self._count("penalties/retires", len(retired))
-        self._step["penalties/frac_violating"] = sum(r.violations > 0 for r in rollouts) / n if n else 0.0
-        self._step["penalties/mean_violations"] = sum(r.violations for r in rollouts) / n if n else 0.0
+        self._step["penalties/frac_violating"] = sum(k > 0 for k in violations) / n if n else 0.0
+        self._step["penalties/mean_violations"] = sum(violations) / n if n else 0.0
         for pid, t in triggers.items():
             self._step[f"penalty/{pid}/prevalence"] = t / n if n else 0.0
+        info = [{"verdicts": v, "violations": k, "judge_failed": sorted(f)}
+                for v, k, f in zip(verdicts, violations, failed)]
+        return TermScores([-self.cfg.lam * k for k in violations], info, self.buffer.drain_events())
 
-    def maybe_propose(self, step: int, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:
+    def observe(self, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:
         """Keep this batch's view; every `every` steps (step % every == 0), start a proposal in the
         background on the views of the last `view_steps` batches."""
-        latest = build_view(batch, seed=self.seed, step=step, groups=self.view_groups,
-                            per_group=self.view_per_group)
+        before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
+        latest = build_view(batch, before, grpo.advantages(before), seed=self.seed, step=batch.step,
+                            groups=self.cfg.view_groups, per_group=self.cfg.view_per_group)
         if not self.reference:
             self.reference = latest.samples
         self.recent.append(latest)
-        if step % self.every:
+        if batch.step % self.cfg.every:
             return
         if self.in_flight:
             self._count("proposer/skipped_in_flight")
-            log.info("proposer.skipped", step=step, reason="previous proposal still running")
+            log.info("proposer.skipped", step=batch.step, reason="previous proposal still running")
             return
-        view = pool_views(list(self.recent), step=step, active=self.buffer.active(),
+        view = pool_views(list(self.recent), step=batch.step, active=self.buffer.active(),
                           retired=self.buffer.retired(), domain=self.domain, reference=self.reference)
         self.in_flight = True
         self._count("proposer/started")
         task_group.start_soon(self._propose, view)
-
-    # --- metrics and checkpoints ----------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
         """This step's metrics (counters since the last call), then reset."""

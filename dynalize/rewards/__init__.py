@@ -1,0 +1,8 @@
+"""A run's reward as a sum of named terms: the RM score (`rm`), Dynalize's penalties
+(`penalties`, −λ · violations). A new kind of reward is one `RewardTerm` subclass here."""
+
+from .base import RewardTerm, TermScores, score_batch
+from .penalties import PenaltyTerm
+from .rm import RMTerm
+
+__all__ = ["PenaltyTerm", "RMTerm", "RewardTerm", "TermScores", "score_batch"]

@@ -1,0 +1,83 @@
+"""Reward terms: a rollout's reward is a sum of named terms, each computed in one place.
+
+A term scores a whole batch at once and returns one value per rollout, what it records about
+each rollout (written with it to `rollouts/step_*.jsonl`), and the events of its own log
+(`<run>/<name>.jsonl`). `score_batch` runs every term of a run concurrently and writes
+`rollout.scores[name]` and `rollout.reward`, their sum. Advantages are computed from the total,
+once, by `dynalize.grpo`. A run without penalties simply has no penalty term.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import anyio
+import anyio.abc
+
+from ..types import Batch
+
+
+@dataclass
+class TermScores:
+    """What one term says about one batch, rollouts in `batch.rollouts` order."""
+
+    values: list[float]
+    """The term's contribution to each rollout's reward."""
+    info: list[dict[str, Any]] | None = None
+    """Per rollout: fields recorded with it (e.g. `rm_scores`, `verdicts`)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Lines for the term's event log, `<run>/<name>.jsonl` (each with its `step`)."""
+
+
+class RewardTerm(abc.ABC):
+    """One named part of the reward. Subclasses set `name` and implement `score`."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    async def score(self, batch: Batch) -> TermScores:
+        """Score every rollout of `batch`."""
+
+    def observe(self, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:  # noqa: B027 - optional hook
+        """Learn from the scored batch (rewards and advantages set). Work that takes time runs in
+        `task_group`: training never waits for it (Dynalize's proposer)."""
+
+    def metrics(self) -> dict[str, float]:
+        """This step's metrics (counters since the last call), read once per step."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the term (JSON-ready)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore what `state_dict` returned."""
+
+
+async def score_batch(terms: list[RewardTerm], batch: Batch) -> dict[str, list[dict[str, Any]]]:
+    """Score `batch` with every term at once; fill each rollout's `scores`, `info` and `reward`.
+
+    Returns each term's events by term name.
+    """
+    rollouts = batch.rollouts
+    results: dict[str, TermScores] = {}
+
+    async def run(term: RewardTerm) -> None:
+        results[term.name] = await term.score(batch)
+
+    async with anyio.create_task_group() as tg:
+        for term in terms:
+            tg.start_soon(run, term)
+    for term in terms:
+        got = results[term.name]
+        if len(got.values) != len(rollouts):
+            raise RuntimeError(f"reward term {term.name!r} gave {len(got.values)} values for {len(rollouts)} rollouts")
+        for i, r in enumerate(rollouts):
+            r.scores[term.name] = float(got.values[i])
+            if got.info is not None:
+                r.info.update(got.info[i])
+    for r in rollouts:
+        r.reward = sum(r.scores[t.name] for t in terms)
+    return {t.name: results[t.name].events for t in terms if results[t.name].events}
