@@ -21,6 +21,7 @@ from dynalize.eval.eqbench import (
     run_eqbench,
     seed_modifier,
     split_reasoning,
+    strip_judge_reasoning,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eqbench"
@@ -79,17 +80,42 @@ def test_judge_prompt_filled_as_the_benchmark_does(assets):
     # faithful: 3, 14, 8.5, 20-2 -> 43.5 / 4; strict: 14, 8.5, 18 -> 40.5 / 3
     ("judge_messy", {"The story runs long": 3, "Imagery": 14, "Originality": 8.5, "Purple Prose": 2},
      10.875, 13.5),
-    # a negative criterion scored -3 inverts to 23 > 20 and is dropped; only Imagery 10 is left
+    # a complete <think> pair: stripped; a negative criterion scored -3 inverts to 23 > 20 and is dropped
     ("judge_negative", {"Imagery": 10, "Meandering": -3}, 10.0, 10.0),
     ("judge_garbage", {}, None, None),
+    # <thinking> is no pair the benchmark strips: its lines parse, a later "Imagery: 16" wins over 8
+    # faithful: 16, 3, 9, 11, 20-5, 20-7 -> 67 / 6; strict (no Pacing): 64 / 5
+    ("judge_thinking_block", {"Imagery": 16, "Pacing": 3, "Originality": 9, "Coherent": 11, "Purple Prose": 5,
+                              "Meandering": 7}, 67 / 6, 12.8),
+    # a lone </think> (no opening tag) strips nothing: Pacing and Originality above it count
+    # faithful: 2, 6, 12, 14, 20-8, 20-4 -> 62 / 6; strict: 60 / 5
+    ("judge_lone_close", {"Pacing": 2, "Originality": 6, "Imagery": 12, "Coherent": 14, "Purple Prose": 8,
+                          "Meandering": 4}, 62 / 6, 12.0),
+    # a complete <think> pair with scores inside: stripped; 13, 12, 11, 20-6, 20-9 -> 61 / 5
+    ("judge_think_pair", {"Imagery": 13, "Coherent": 12, "Originality": 11, "Purple Prose": 6, "Meandering": 9},
+     12.2, 12.2),
+    # a <think> pair, then a <reasoning> pair: both stripped (Pacing 2 goes); 14, 13, 12, 17, 15 -> 71 / 5
+    ("judge_think_then_reasoning", {"Imagery": 14, "Coherent": 13, "Originality": 12, "Purple Prose": 3,
+                                    "Meandering": 5}, 14.2, 14.2),
 ])
-def test_recorded_judge_outputs(name, parsed, faithful, strict):
-    text = split_reasoning(recorded(name))[1]
+def test_recorded_judge_outputs_score_as_the_benchmark(name, parsed, faithful, strict):
+    text = strip_judge_reasoning(recorded(name))[1]
     scores = parse_judge_scores(text)
     assert scores == parsed
     for got, want in ((piece_score(scores, CRITERIA, NEGATIVE), faithful),
                       (piece_score(scores, CRITERIA, NEGATIVE, strict=True), strict)):
         assert (got is None and want is None) or got == pytest.approx(want)
+
+
+def test_judge_reasoning_is_stripped_only_as_the_benchmark_client_does():
+    assert strip_judge_reasoning("<think>a</think>B") == ("<think>a</think>", "B")
+    assert strip_judge_reasoning("<reasoning>a</reasoning>B") == ("<reasoning>a</reasoning>", "B")
+    assert strip_judge_reasoning("a</think>B") == ("", "a</think>B")  # a lone closing tag stays
+    assert strip_judge_reasoning("<thinking>a</thinking>B") == ("", "<thinking>a</thinking>B")
+    assert strip_judge_reasoning("<think>a") == ("", "<think>a")  # no closing tag: nothing goes
+    # both tags anywhere: cut at the end of the first closing tag, even one before the opening tag
+    assert strip_judge_reasoning("a</think>B<think>c</think>D") == ("a</think>", "B<think>c</think>D")
+    assert strip_judge_reasoning("<think>a</think><reasoning>b</reasoning>C")[1] == "C"
 
 
 def test_split_reasoning():
@@ -102,7 +128,15 @@ def test_bootstrap_ci():
     assert bootstrap_ci([5.0, 5.0, 5.0]) == (5.0, 5.0)
     lo, hi = bootstrap_ci([10.875, 13.4], seed=0)
     assert (lo, hi) == (10.875, 13.4)  # 500 resamples of 2 items: both extremes are within the 2.5% tails
-    assert bootstrap_ci([]) is None
+    assert bootstrap_ci([]) is None and bootstrap_ci([None]) is None
+
+
+def test_bootstrap_ci_on_the_benchmark_scale():
+    # EQ-Bench rounds each resample's 0-20 score to 2 decimals: means of 11.111 and 12.222 only
+    assert bootstrap_ci([11.111, 12.222], digits=2) == (11.11, 12.22)
+    # a piece rated without a usable value is resampled but adds nothing; a resample of only such
+    # pieces scores 0 (as the benchmark): a quarter of the resamples, well inside the lower 2.5%
+    assert bootstrap_ci([10.0, None]) == (0.0, 10.0)
 
 
 # --- the protocol with a fake policy -----------------------------------------------------------
@@ -157,20 +191,30 @@ def test_protocol_end_to_end_with_fake_policy(assets):
     assert len(convos) == 6 and all(len(c) == 1 and c[0].role == "user" for c in convos)
     assert (sampling.temperature, sampling.min_p, sampling.max_new_tokens) == (0.7, 0.1, 4000)
     assert [len(c) for c, _ in policy.calls] == [6, 2, 1]  # retries: storm + dawn, then dawn alone
-    # judging: temperature 0, one user message, base prompt with the literal <SEED>
-    assert len(judge.calls) == 5 and all(s["temperature"] == 0.0 for s in judge.sampling)
+    # judging as the benchmark: temperature 0, max_tokens 1000, min_p 0.1, one user message, the base
+    # prompt with the literal <SEED>
+    assert len(judge.calls) == 5
+    assert all(s == {"temperature": 0.0, "max_tokens": 1000, "min_p": 0.1} for s in judge.sampling)
     assert all("<SEED>" in c[0].content and len(c) == 1 for c in judge.calls)
-    # pieces: clean 13.4 (x2), messy 10.875, negative 10.0; dawn too short, nine unparsed
-    assert result.score == pytest.approx((13.4 + 10.875 + 13.4 + 10.0) / 4 * 5)  # 59.59375
+    # pieces: clean 13.4 (x2), messy 10.875, negative 10.0 -> 11.91875 on 0-20; dawn too short, one unparsed
+    assert result.score == 59.59 and result.extra["score_0_20"] == 11.92  # rounded to 2 decimals, as upstream
     assert result.counts == {"pieces": 6, "scored": 4, "too_short": 1, "judge_errors": 0, "unparsed": 1,
-                             "retries": 3, "scores_over_20": 1, "unlisted_names": 1, "missing_criteria": 5}
+                             "no_value": 0, "retries": 3, "scores_over_20": 1, "unlisted_names": 1,
+                             "missing_criteria": 5}
+    assert result.failed == 1 and not result.complete  # the unparsed piece is judged again on a rerun
     assert result.criteria == pytest.approx({"Imagery": 13.5, "Coherent": 12.0, "Originality": 9.5,
                                              "Purple Prose": 10 / 3, "Meandering": 3.0})
     lo, hi = result.ci
     assert 50.0 <= lo <= result.score <= hi <= 67.0
+    assert (result.extra["ci_low_0_20"] * 5, result.extra["ci_high_0_20"] * 5) == pytest.approx((lo, hi))
     storm = next(r for r in result.raw if r["seed_modifier"] == "A storm is coming.")
     assert storm["attempt_chars"] == [5, 600] and storm["reasoning"] == ""  # of the accepted attempt
     assert storm["response"] == "z" * 600 and storm["piece_score"] == pytest.approx(10.875)
+    dawn = next(r for r in result.raw if r["seed_modifier"] == "It is written at dawn.")
+    assert dawn["status"] == "too_short" and dawn["response"] == "tiny"  # the last attempt stays readable
+    negative = next(r for r in result.raw if r["response"] == "c" * 600)
+    assert negative["judge_raw"] == recorded("judge_negative")  # raw: the reasoning block kept
+    assert negative["judge_text"] == recorded("judge_negative").split("</think>", 1)[1]
 
 
 def test_protocol_strict_mode_and_judge_errors(assets):
@@ -183,8 +227,10 @@ def test_protocol_strict_mode_and_judge_errors(assets):
 
     s = EQBenchSettings(strict=True)
     result = anyio.run(lambda: run_eqbench(FakePolicy(), ScriptedChatModel(judge), assets, s, show_progress=False))
-    assert result.score == pytest.approx((13.4 + 13.5 + 13.4 + 10.0) / 4 * 5)  # 62.875
+    assert result.score == round((13.4 + 13.5 + 13.4 + 10.0) / 4 * 5, 2)  # 62.875 -> 62.88
     assert result.counts["judge_errors"] == 1 and result.counts["unparsed"] == 0
+    failed = next(r for r in result.raw if r["status"] == "judge_error")
+    assert failed["judge_error"] == "RuntimeError: judge down" and failed["judge_raw"] is None
 
 
 # --- a tiny end-to-end run through the command line --------------------------------------------
@@ -215,7 +261,9 @@ def test_tiny_run_through_the_cli(tmp_path, capsys):
         assert rows[0]["score"] == pytest.approx(67.0) and rows[0]["ci_low"] == pytest.approx(67.0)
     raw = (run / "eval" / "eqbench_raw" / "step_000010.jsonl").read_text().splitlines()
     assert len(raw) == 2 and json.loads(raw[0])["prompt"].startswith("Write a short fable")
-    assert rows[0]["settings"]["judge"] == {"engine": "scripted", "path": "test_eqbench:judge_clean"}
+    assert rows[0]["settings"]["judge"] == {"engine": "scripted", "path": "test_eqbench:judge_clean",
+                                            "max_concurrency": 16,
+                                            "sampling": {"temperature": 0.0, "max_tokens": 1000, "min_p": 0.1}}
     assert eval_main(args) == 0  # resumes: nothing left to do
     assert "nothing to do" in capsys.readouterr().out
     assert len((run / "eval" / "eqbench.jsonl").read_text().splitlines()) == 1

@@ -157,6 +157,41 @@ def test_protocol_with_fake_policy():
     assert result.counts == {"conversations": 2, "scored": 2, "judge_errors": 0, "patient_errors": 0,
                              "missing_scores": 3, "all_missing": 0, "out_of_range": 1, "empty_clinician_replies": 1}
     assert result.ci[0] == pytest.approx(3.6) and result.ci[1] == pytest.approx(3.7)
+    # the benchmark's sampling: 16000 tokens, no temperature (None: not sent, the server's default)
+    assert all(s == {"temperature": None, "max_tokens": 16000} for s in patient.sampling + judge.sampling)
+    bram = result.raw[1]
+    assert bram["judge_raw"] == recorded("judge_partial") and "<think>" not in bram["judge_text"]
+    assert bram["judge_thinking"].startswith("Let me weigh it.")
+
+
+def test_failed_calls_are_done_again_from_the_saved_records():
+    assets = MindEvalAssets.load(FIXTURES)
+    whole = anyio.run(lambda: run_mindeval(FakeClinician(), ScriptedChatModel(lambda m: "Fine."),
+                                           ScriptedChatModel(judge_by_member), assets, show_progress=False))
+
+    def patient(messages):  # Bram's patient fails at its third turn
+        if "Bram" in messages[0].content and len(messages) > 5:
+            raise ConnectionError("patient down")
+        return "Fine."
+
+    def judge(messages):
+        if "Member: Ada" in messages[-1].content:
+            raise ConnectionError("judge down")
+        return judge_by_member(messages)
+
+    first = anyio.run(lambda: run_mindeval(FakeClinician(), ScriptedChatModel(patient), ScriptedChatModel(judge),
+                                           assets, show_progress=False))
+    assert [r["status"] for r in first.raw] == ["judge_error", "patient_error"]
+    assert first.failed == 2 and not first.complete and first.score is None
+    assert first.raw[1]["patient_error"] == "ConnectionError: patient down"
+
+    policy, judge2 = FakeClinician(), ScriptedChatModel(judge_by_member)
+    again = anyio.run(lambda: run_mindeval(policy, ScriptedChatModel(lambda m: "Fine."), judge2, assets,
+                                           show_progress=False, records=first.raw))
+    assert [len(convos) for convos, _ in policy.calls] == [1] * 10  # only Bram's conversation is held again
+    assert len(judge2.calls) == 2 and again.complete  # Ada's saved conversation is judged, Bram's new one too
+    assert again.score == pytest.approx(whole.score)
+    assert [r["interaction"] for r in again.raw][0] == [r["interaction"] for r in whole.raw][0]
 
 
 def test_profile_missing_a_template_field(tmp_path):

@@ -3,8 +3,8 @@
 checkpoint driver behind `python -m dynalize.eval`. See docs/evaluation.md."""
 
 from .checkpoints import evaluate_run, find_checkpoints
-from .common import BenchmarkError, BenchResult, bootstrap_ci
+from .common import Benchmark, BenchmarkError, BenchResult, bootstrap_ci
 from .policy import PolicySampler, load_policy
 
-__all__ = ["BenchResult", "BenchmarkError", "PolicySampler", "bootstrap_ci", "evaluate_run", "find_checkpoints",
-           "load_policy"]
+__all__ = ["BenchResult", "Benchmark", "BenchmarkError", "PolicySampler", "bootstrap_ci", "evaluate_run",
+           "find_checkpoints", "load_policy"]

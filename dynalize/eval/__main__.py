@@ -2,8 +2,13 @@
 
 Evaluates every saved checkpoint of a run (or every N-th) with a benchmark protocol and writes
 `RUN/eval/<bench>.jsonl` (one line per checkpoint) and `RUN/eval/<bench>_raw/step_N.jsonl`.
-Rerun the same command to resume. SPEC (judge, patient) is a JSON object or a YAML/JSON file with a
-chat-model config, e.g. '{"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "judge"}'.
+Rerun the same command to resume (failed judge calls are judged again). `--rejudge LABEL` rates
+the saved generations again with another `--judge`, into `RUN/eval/<bench>@LABEL.jsonl`. SPEC
+(judge, patient) is a JSON object or a YAML/JSON file with a chat-model config and sampling keys,
+e.g. '{"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "judge"}'.
+
+Exit status: 0 when every checkpoint evaluated now is complete and scored; 1 when one has failed
+judge (or patient) calls, or no score; 2 for bad input or an endpoint that does not answer.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from .checkpoints import evaluate_run, run_policy_config
-from .common import BenchmarkError, chat_model_from_spec, read_chat_spec
+from .checkpoints import eval_paths, evaluate_run, run_policy_config
+from .common import Benchmark, BenchmarkError
+from .models import role_model
 from .policy import load_policy
 
 BENCHES = ("eqbench", "mindeval")
@@ -41,6 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", help="only these steps, comma-separated (e.g. 150,175,200)")
     ap.add_argument("--base", action="store_true", help="also evaluate the starting policy as step 0")
     ap.add_argument("--redo", action="store_true", help="evaluate again checkpoints already in eval/<bench>.jsonl")
+    ap.add_argument("--rejudge", metavar="LABEL",
+                    help="judge the saved generations again with --judge (nothing is generated), into "
+                         "eval/<bench>@LABEL.jsonl")
     ap.add_argument("--concurrency", type=int, default=16, help="judge / patient calls in flight at once")
     ap.add_argument("--limit", type=int, help="only the first N prompts (eqbench) or profiles (mindeval)")
     ap.add_argument("--strict", action="store_true",
@@ -57,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
-    if args.bench == "mindeval" and not args.patient:
+    if args.bench == "mindeval" and not args.patient and not args.rejudge:
         ap.error("--bench mindeval needs --patient (the patient-simulator chat model)")
     for flag in ("every", "concurrency", "limit", "iterations", "turns", "max_tokens"):
         v = getattr(args, flag)
@@ -75,39 +84,48 @@ def _steps(text: str | None) -> list[int] | None:
         raise BenchmarkError(f"--steps: expected comma-separated integers, got {text!r}") from None
 
 
-def _public(spec: dict[str, Any]) -> dict[str, Any]:
-    """What of a chat-model config identifies it in the results (no secrets are ever in it)."""
-    return {k: spec[k] for k in ("engine", "model", "base_url", "path", "temperature") if spec.get(k) is not None}
-
-
-def build_protocol(args: argparse.Namespace):
-    """(protocol coroutine taking a policy, settings recorded with each row)."""
-    judge = chat_model_from_spec(args.judge, "--judge", args.concurrency)
+def build_protocol(args: argparse.Namespace) -> Benchmark:
+    """The benchmark with its chat models (the protocol's defaults under each spec) and the settings
+    recorded with each row."""
     show = not args.no_progress
-    settings: dict[str, Any] = {"bench_dir": os.path.abspath(args.bench_dir), "strict": args.strict,
-                                "limit": args.limit, "seed": args.seed, "engine": args.engine,
-                                "dtype": policy_dtype(args),
-                                "judge": _public(read_chat_spec(args.judge, "--judge"))}
+    settings: dict[str, Any] = {"bench_dir": os.path.abspath(args.bench_dir), "strict": args.strict, "seed": args.seed}
+    if not args.rejudge:
+        settings.update(limit=args.limit, engine=args.engine, dtype=policy_dtype(args))
     if args.bench == "eqbench":
-        from .eqbench import EQBenchAssets, EQBenchSettings, run_eqbench
+        from .eqbench import JUDGE_SAMPLING, JUDGE_TIMEOUT, EQBench, EQBenchAssets, EQBenchSettings
 
         assets = EQBenchAssets.load(args.bench_dir)
+        judge = role_model(args.judge, "--judge", JUDGE_SAMPLING, concurrency=args.concurrency, timeout=JUDGE_TIMEOUT)
         s = EQBenchSettings(iterations=args.iterations, min_chars=args.min_chars, strict=args.strict,
-                            limit=args.limit, seed=args.seed, max_tokens=args.max_tokens or 4000)
-        settings.update(iterations=s.iterations, min_chars=s.min_chars, max_tokens=s.max_tokens)
-        protocol = functools.partial(_call, run_eqbench, judge=judge, assets=assets, settings=s, show_progress=show)
-        return protocol, settings
-    from .mindeval import MindEvalAssets, MindEvalSettings, run_mindeval
+                            limit=args.limit, seed=args.seed, max_tokens=args.max_tokens or 4000,
+                            judge_sampling=judge.sampling)
+        if not args.rejudge:
+            settings.update(iterations=s.iterations, min_chars=s.min_chars, max_tokens=s.max_tokens,
+                            temperature=s.temperature, min_p=s.min_p)
+        settings["judge"] = judge.public
+        return EQBench(judge.model, assets, s, record=settings, roles=(judge,), show_progress=show)
+    from .mindeval import JUDGE_SAMPLING, PATIENT_SAMPLING, TIMEOUT, MindEval, MindEvalAssets, MindEvalSettings
 
     assets = MindEvalAssets.load(args.bench_dir, args.clinician_template, args.patient_template, args.judge_template)
-    patient = chat_model_from_spec(args.patient, "--patient", args.concurrency)
+    judge = role_model(args.judge, "--judge", JUDGE_SAMPLING, concurrency=args.concurrency, timeout=TIMEOUT)
+    patient = None
+    if args.patient and not args.rejudge:
+        patient = role_model(args.patient, "--patient", PATIENT_SAMPLING, concurrency=args.concurrency,
+                             timeout=TIMEOUT)
     s = MindEvalSettings(turns=args.turns, temperature=args.temperature, strict=args.strict, limit=args.limit,
-                         seed=args.seed, max_tokens=args.max_tokens or 1024)
-    settings.update(turns=s.turns, temperature=s.temperature, max_tokens=s.max_tokens,
-                    templates=[args.clinician_template, args.patient_template, args.judge_template],
-                    patient=_public(read_chat_spec(args.patient, "--patient")))
-    return functools.partial(_call, run_mindeval, patient=patient, judge=judge, assets=assets, settings=s,
-                             show_progress=show), settings
+                         seed=args.seed, max_tokens=args.max_tokens or 1024, judge_sampling=judge.sampling,
+                         patient_sampling=patient.sampling if patient else {})
+    if args.rejudge:  # the conversations are saved: no patient is called
+        settings.update(judge_template=args.judge_template, judge=judge.public)
+    else:
+        settings.update(turns=s.turns, temperature=s.temperature, max_tokens=s.max_tokens,
+                        templates=[args.clinician_template, args.patient_template, args.judge_template],
+                        judge=judge.public)
+    if patient is not None:
+        settings["patient"] = patient.public
+    roles = (judge,) if patient is None else (patient, judge)
+    return MindEval(patient.model if patient else None, judge.model, assets, s, record=settings, roles=roles,
+                    show_progress=show)
 
 
 def policy_dtype(args: argparse.Namespace) -> str:
@@ -123,21 +141,32 @@ def policy_loader(args: argparse.Namespace):
     return functools.partial(load_policy, engine=args.engine, dtype=dtype, **extra)
 
 
-async def _call(fn, policy, **kw):
-    return await fn(policy, **kw)
-
-
 def results_table(bench: str, rows: list[dict[str, Any]]) -> Table:
     t = Table(title=f"{bench}: checkpoints evaluated now")
-    for col in ("step", "score", "95% CI", "scored", "other counts"):
+    for col in ("step", "score", "95% CI", "scored", "complete", "other counts"):
         t.add_column(col, justify="right")
     for r in rows:
         c = r["counts"]
         ci = f"{r['ci_low']:.2f}–{r['ci_high']:.2f}" if r["ci_low"] is not None else "n/a"
         bad = ", ".join(f"{k} {v}" for k, v in c.items() if k not in ("pieces", "conversations", "scored") and v)
         t.add_row(str(r["step"]), "n/a" if r["score"] is None else f"{r['score']:.2f}", ci, str(c["scored"]),
-                  bad or "-")
+                  "yes" if r["complete"] else f"no ({r['failed']} failed)", bad or "-")
     return t
+
+
+def problems(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
+    """One line per checkpoint evaluated now that is not a finished, scored result."""
+    name = args.bench if args.rejudge is None else f"{args.bench}@{args.rejudge}"
+    raw = eval_paths(args.run, args.bench, args.rejudge)[1]
+    out = []
+    for r in rows:
+        if not r["complete"]:
+            out.append(f"{name} step {r['step']}: {r['failed']} judge or patient call(s) failed; rerun the same "
+                       f"command to do them again (the generations are kept in {raw})")
+        elif r["score"] is None:
+            out.append(f"{name} step {r['step']}: no score (see {raw}/step_{r['step']:06d}.jsonl)")
+        out += [f"{name} step {r['step']}: {w}" for w in r.get("warnings", [])]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     threads = torch.get_num_threads()
     set_torch_threads()  # generation runs in a worker thread beside the event loop
     try:
-        protocol, settings = build_protocol(args)
-        rows = anyio.run(functools.partial(evaluate_run, args.run, args.bench, protocol, settings=settings,
-                                           every=args.every, steps=_steps(args.steps), base=args.base,
-                                           redo=args.redo, loader=policy_loader(args)))
+        protocol = build_protocol(args)
+        rows = anyio.run(functools.partial(evaluate_run, args.run, args.bench, protocol, every=args.every,
+                                           steps=_steps(args.steps), base=args.base, redo=args.redo,
+                                           loader=policy_loader(args), rejudge=args.rejudge))
     except (BenchmarkError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -163,11 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         torch.set_num_threads(threads)
-    if rows:
-        Console().print(results_table(args.bench, rows))
-    else:
-        print(f"nothing to do: every selected checkpoint is already in {args.run}/eval/{args.bench}.jsonl")
-    return 0
+    summary = eval_paths(args.run, args.bench, args.rejudge)[0]
+    if not rows:
+        print(f"nothing to do: every selected checkpoint is already complete in {summary}")
+        return 0
+    Console().print(results_table(args.bench, rows))
+    bad = problems(args, rows)
+    for line in bad:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""What both benchmark protocols share: a result record, the bootstrap CI, chat-model specs from
-the command line, and a progress bar."""
+"""What both benchmark protocols share: the interface the checkpoint driver runs, a result record,
+the bootstrap CI, reading a chat-model spec from the command line, and a progress bar."""
 
 from __future__ import annotations
 
+import abc
 import json
 import random
 import statistics
@@ -20,9 +21,6 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from ..backends.base import ChatModel
-from ..backends.chat import LimitedChatModel
-
 
 class BenchmarkError(ValueError):
     """A benchmark checkout, profile or option is unusable; the message is one line."""
@@ -35,6 +33,9 @@ class BenchResult:
     `score` is on the benchmark's reporting scale (EQ-Bench 0–100, MindEval 1–6), `ci` its bootstrap
     95% interval over items, `criteria` the mean per criterion, `counts` every item that was
     dropped, defaulted or failed, and `raw` one record per item (prompts, replies, judge text).
+    `failed` counts the items whose judgement (or conversation) failed: they are done again on a
+    rerun, and until then the checkpoint is not complete. `extra` holds further summary fields
+    (the benchmark's own scales), `warnings` what the user must see.
     """
 
     score: float | None
@@ -42,25 +43,70 @@ class BenchResult:
     criteria: dict[str, float]
     counts: dict[str, int]
     raw: list[dict[str, Any]] = field(default_factory=list)
+    failed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.failed == 0
 
     def row(self) -> dict[str, Any]:
         """The summary part of an `eval/<bench>.jsonl` line."""
         return {"score": self.score, "ci_low": self.ci[0] if self.ci else None,
-                "ci_high": self.ci[1] if self.ci else None, "criteria": self.criteria, "counts": self.counts}
+                "ci_high": self.ci[1] if self.ci else None, **self.extra, "criteria": self.criteria,
+                "counts": self.counts, "complete": self.complete, "failed": self.failed, "warnings": self.warnings}
 
 
-def bootstrap_ci(values: Sequence[float], n_boot: int = 500, confidence: float = 0.95,
-                 seed: int = 0) -> tuple[float, float] | None:
+class Benchmark(abc.ABC):
+    """A benchmark protocol as the checkpoint driver runs it.
+
+    `run(policy)` generates every item with the policy, judges each and scores the checkpoint.
+    `run(policy, records)` picks up the saved raw records of an earlier run instead: items whose
+    judgement failed are judged again (every judged item when `rejudge`, e.g. with another judge),
+    and items that must be generated again (`needs_policy`) are generated with `policy`.
+    """
+
+    settings: dict[str, Any]
+    """The protocol's settings and its chat models' identities and sampling, recorded with each row."""
+    roles: tuple[Any, ...] = ()
+    """Its chat models as `eval.models.RoleModel`s, whose endpoints `check` tries."""
+
+    @abc.abstractmethod
+    async def run(self, policy: Any, records: list[dict[str, Any]] | None = None,
+                  rejudge: bool = False) -> BenchResult:
+        """One checkpoint's result; `policy` may be None when records need no generation."""
+
+    def needs_policy(self, records: list[dict[str, Any]]) -> bool:
+        """Whether picking up `records` generates anything (the policy must then be loaded)."""
+        return False
+
+    async def check(self) -> None:
+        """Try the chat models' endpoints once, before any generation (BenchmarkError if one fails)."""
+        for role in self.roles:
+            await role.check()
+
+
+def bootstrap_ci(values: Sequence[float | None], n_boot: int = 500, confidence: float = 0.95,
+                 seed: int = 0, digits: int | None = None) -> tuple[float, float] | None:
     """Percentile bootstrap of the mean of `values`, resampling items with replacement.
 
-    Index arithmetic as in EQ-Bench's `bootstrap_benchmark_stability_creative`: the sorted
-    bootstrap means at int((1−c)/2·B) and int((1+c)/2·B)−1. None when there are no values.
+    As EQ-Bench's `bootstrap_benchmark_stability_creative`: the sorted bootstrap means at indices
+    int((1−c)/2·B) and int((1+c)/2·B)−1; an item that is None is resampled but adds nothing to a
+    mean (a piece judged without a usable score), a resample without any number counts 0, and
+    `digits` rounds each resample's mean first (EQ-Bench rounds to 2). None when no item has a number.
     """
-    if not values:
+    if not any(v is not None for v in values):
         return None
     rng = random.Random(seed)
     k = len(values)
-    means = sorted(statistics.fmean(rng.choices(values, k=k)) for _ in range(n_boot))
+
+    def mean(sample: list[float | None]) -> float:
+        numbers = [v for v in sample if v is not None]
+        m = statistics.fmean(numbers) if numbers else 0.0
+        return m if digits is None else round(m, digits)
+
+    means = sorted(mean(rng.choices(values, k=k)) for _ in range(n_boot))
     lo = max(0, int((1 - confidence) / 2 * n_boot))
     hi = min(n_boot - 1, int((1 + confidence) / 2 * n_boot) - 1)
     return means[lo], means[hi]
@@ -90,19 +136,6 @@ def read_chat_spec(spec: str, flag: str = "--judge") -> dict[str, Any]:
         raise BenchmarkError(f"{flag}: expected a mapping such as {{\"engine\": \"openai\", \"base_url\": ..., "
                              f"\"model\": ...}}")
     return data
-
-
-def chat_model_from_spec(spec: str, flag: str, max_concurrency: int) -> ChatModel:
-    """Build the chat model `spec` names, with at most `max_concurrency` calls in flight."""
-    from ..build import build_chat_model
-
-    try:
-        model = build_chat_model(read_chat_spec(spec, flag))
-    except BenchmarkError:
-        raise
-    except (ValueError, ImportError, AttributeError) as e:
-        raise BenchmarkError(f"{flag}: {e}") from None
-    return LimitedChatModel(model, max_concurrency)
 
 
 def progress(enabled: bool = True) -> Progress:

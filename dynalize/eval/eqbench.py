@@ -10,14 +10,19 @@ Files, read from a checkout of the benchmark's repository (`bench_dir`):
                                               {test_model_response}, {creative_writing_criteria},
                                               {lower_is_better_criteria}
 
-Protocol: iteration i (1..3) of a prompt writes with `seed_modifiers[(i−1) % len]` in place of
-`<SEED>`, one user message, temperature 0.7, min_p 0.1; up to 3 attempts while the reply (after
+Protocol (the benchmark's core/benchmark.py, core/conversation.py, core/scoring.py, utils/api.py):
+iteration i (1..3) of a prompt writes with `seed_modifiers[(i−1) % len]` in place of `<SEED>`, one
+user message, temperature 0.7, min_p 0.1, 4000 tokens; up to 3 attempts while the reply (after
 reasoning is cut up to `</think>`, stripped) is under 500 characters, else the piece fails. The
-judge (temperature 0) sees the base prompt with the literal `<SEED>` left in, the criteria one per
-line as "- name", the negative criteria joined with ", ". Every `Name: s` / `Name: [s]` line with
-s ≤ 20 is a score; negative criteria count as 20 − s; a piece's score is the mean of its scores,
-the benchmark's the mean over pieces ×5 (0–100), with a bootstrap 95% CI over pieces.
-`strict=True` keeps only the listed criteria names (faithful mode keeps every parsed name).
+judge (JUDGE_SAMPLING: temperature 0, max_tokens 1000, min_p 0.1) sees the base prompt with the
+literal `<SEED>` left in, the criteria one per line as "- name", the negative criteria joined with
+", ". Its reply loses reasoning only as the benchmark's client strips it (when a `<think>` and a
+`</think>` tag both occur, up to the first `</think>`; then the same for `<reasoning>`).
+Every `Name: s` / `Name: [s]` line with s ≤ 20 is a score; negative criteria count as 20 − s; a
+piece's score is the mean of its scores, the benchmark's the mean over pieces on 0–20 and ×5 on
+0–100, each rounded to 2 decimals, with a bootstrap 95% CI over pieces on 0–20. A piece whose
+judge call failed or whose reply holds no score is judged again on a rerun, as the benchmark
+re-queues it. `strict=True` keeps only the listed criteria names (faithful mode keeps every name).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import structlog
 
 from ..backends.base import ChatModel, SamplingParams
 from ..types import Message
-from .common import BenchmarkError, BenchResult, bootstrap_ci, mean_or_none, progress
+from .common import Benchmark, BenchmarkError, BenchResult, bootstrap_ci, mean_or_none, progress
 from .policy import PolicySampler
 
 log = structlog.get_logger("dynalize.eval.eqbench")
@@ -51,6 +56,14 @@ SCORE_PATTERN_PLAIN = r"(.*?):\s*(?:Score\s+)?(-?\d+(?:\.\d+)?)"
 SCORE_PATTERN_BRACKETS = r"(.*?):\s*\[(-?\d+(?:\.\d+)?)\]"
 """`Name: [15]` (the benchmark's second pattern)."""
 REASONING_ENDS = ("</think>", "</thinking>", "</reasoning>")
+"""Where the policy's reasoning ends (its chat template may open the block in the prompt)."""
+JUDGE_REASONING_PAIRS = (("<think>", "</think>"), ("<reasoning>", "</reasoning>"))
+"""The blocks the benchmark's client strips from a judge reply, in this order (utils/api.py)."""
+JUDGE_SAMPLING = {"temperature": 0.0, "max_tokens": 1000, "min_p": 0.1}
+"""The benchmark's judge call: temperature 0.0, max_tokens 1000 (core/conversation.py), and the
+client's min_p default 0.1, sent to every endpoint but api.openai.com (utils/api.py)."""
+JUDGE_TIMEOUT = 240.0
+"""Seconds per judge request: the benchmark client's `request_timeout` (utils/api.py)."""
 
 
 @dataclass
@@ -116,13 +129,25 @@ def seed_modifier(prompt: WritingPrompt, iteration: int) -> str:
 
 
 def split_reasoning(text: str) -> tuple[str, str]:
-    """(reasoning, reply): everything up to the first `</think>` (or `</thinking>`, `</reasoning>`) is
-    reasoning; without a closing tag the whole text is the reply."""
+    """The policy's (reasoning, reply): everything up to the first `</think>` (or `</thinking>`,
+    `</reasoning>`) is reasoning; without a closing tag the whole text is the reply."""
     for end in REASONING_ENDS:
         at = text.find(end)
         if at >= 0:
             return text[:at], text[at + len(end):]
     return "", text
+
+
+def strip_judge_reasoning(text: str) -> tuple[str, str]:
+    """A judge reply's (stripped part, the text that is parsed), as the benchmark's client strips it:
+    when both `<think>` and `</think>` occur anywhere, everything up to the end of the first
+    `</think>` goes; then the same for `<reasoning>`/`</reasoning>`. A lone closing tag, or a
+    `<thinking>` block, stays and is parsed."""
+    answer = text
+    for begin, end in JUDGE_REASONING_PAIRS:
+        if begin in answer and end in answer:
+            answer = answer[answer.find(end) + len(end):]
+    return text[: len(text) - len(answer)], answer
 
 
 def fill_judge_prompt(template: str, writing_prompt: str, response: str, criteria: list[str],
@@ -179,12 +204,16 @@ class EQBenchSettings:
     max_tokens: int = 4000
     attempts: int = 3
     min_chars: int = 500
-    judge_temperature: float = 0.0
-    judge_max_tokens: int = 4096
+    judge_sampling: dict[str, Any] = field(default_factory=lambda: dict(JUDGE_SAMPLING))
+    """Sent with every judge call (a None value is not sent)."""
     strict: bool = False
     limit: int | None = None
     n_boot: int = 500
     seed: int = 0
+
+
+JUDGED = ("scored", "no_value")
+"""Statuses of a piece the judge rated; `unparsed` and `judge_error` are judged again on a rerun."""
 
 
 @dataclass
@@ -196,6 +225,8 @@ class _Piece:
     reasoning: str = ""
     status: str = "pending"
     judge_raw: str | None = None
+    judge_text: str | None = None
+    judge_error: str | None = None
     scores: dict[str, float] = field(default_factory=dict)
     score: float | None = None
 
@@ -207,23 +238,76 @@ class _Piece:
     def text(self) -> str:
         return self.prompt.writing_prompt.replace("<SEED>", self.seed)
 
+    def reset_judgement(self) -> None:
+        self.status = "generated"
+        self.judge_raw = self.judge_text = self.judge_error = None
+        self.scores, self.score = {}, None
+
     def record(self) -> dict[str, Any]:
+        """The raw record: `response` and `reasoning` are the accepted attempt's (the last one's when
+        every attempt was too short); `judge_raw` the judge's whole reply, `judge_text` what was parsed."""
         return {"prompt_id": self.prompt.id, "title": self.prompt.title, "category": self.prompt.category,
                 "iteration": self.iteration, "seed_modifier": self.seed, "prompt": self.text,
                 "attempt_chars": self.attempts, "response": self.response, "reasoning": self.reasoning,
-                "status": self.status, "judge_raw": self.judge_raw, "scores": self.scores, "piece_score": self.score}
+                "status": self.status, "judge_raw": self.judge_raw, "judge_text": self.judge_text,
+                "judge_error": self.judge_error, "scores": self.scores, "piece_score": self.score}
 
 
-async def run_eqbench(policy: PolicySampler, judge: ChatModel, assets: EQBenchAssets,
-                      settings: EQBenchSettings | None = None, show_progress: bool = True) -> BenchResult:
-    """Generate every piece with `policy`, judge each with `judge`, and score the checkpoint."""
+def pieces_from_records(records: list[dict[str, Any]], assets: EQBenchAssets, rejudge: bool = False) -> list[_Piece]:
+    """The pieces of saved raw records; failed judgements (every judgement when `rejudge`) reset."""
+    prompts = {p.id: p for p in assets.prompts}
+    pieces = []
+    for i, r in enumerate(records, 1):
+        prompt = prompts.get(str(r.get("prompt_id")))
+        if prompt is None or not isinstance(r.get("iteration"), int) or "status" not in r:
+            raise BenchmarkError(f"eqbench: saved record {i} (prompt {r.get('prompt_id')!r}) does not match the "
+                                 f"prompts file (is --bench-dir the checkout it was generated from?)")
+        p = _Piece(prompt, r["iteration"], list(r.get("attempt_chars") or []), r.get("response"),
+                   r.get("reasoning") or "", r["status"], r.get("judge_raw"), r.get("judge_text"),
+                   r.get("judge_error"), dict(r.get("scores") or {}), r.get("piece_score"))
+        if p.text != r.get("prompt"):
+            raise BenchmarkError(f"eqbench: saved record {i} was written from another version of prompt "
+                                 f"{prompt.id!r} (is --bench-dir the checkout it was generated from?)")
+        if p.status == "pending" or (p.status == "generated" and not p.response):
+            raise BenchmarkError(f"eqbench: saved record {i} holds no finished generation (status {p.status!r})")
+        if p.status in ("unparsed", "judge_error") or (rejudge and p.status in JUDGED):
+            p.reset_judgement()
+        pieces.append(p)
+    return pieces
+
+
+async def run_eqbench(policy: PolicySampler | None, judge: ChatModel, assets: EQBenchAssets,
+                      settings: EQBenchSettings | None = None, show_progress: bool = True,
+                      records: list[dict[str, Any]] | None = None, rejudge: bool = False) -> BenchResult:
+    """Generate every piece with `policy`, judge each with `judge`, and score the checkpoint; or, given
+    the saved `records` of an earlier run, judge its failed pieces again (all of them if `rejudge`)."""
     s = settings or EQBenchSettings()
-    prompts = assets.prompts[: s.limit] if s.limit else assets.prompts
-    pieces = [_Piece(p, i) for p in prompts for i in range(1, s.iterations + 1)]
+    if records is None:
+        prompts = assets.prompts[: s.limit] if s.limit else assets.prompts
+        pieces = [_Piece(p, i) for p in prompts for i in range(1, s.iterations + 1)]
+    else:
+        pieces = pieces_from_records(records, assets, rejudge)
     with progress(show_progress) as bar:
-        await _generate(policy, pieces, s, bar)
+        todo = [p for p in pieces if p.status == "pending"]
+        if todo:
+            if policy is None:
+                raise BenchmarkError("eqbench: pieces to generate but no policy")  # pragma: no cover
+            await _generate(policy, todo, s, bar)
         await _judge(judge, assets, [p for p in pieces if p.status == "generated"], s, bar)
     return summarize(pieces, assets, s)
+
+
+class EQBench(Benchmark):
+    """EQ-Bench Creative Writing v3 for the checkpoint driver (`roles`: the judge's RoleModel)."""
+
+    def __init__(self, judge: ChatModel, assets: EQBenchAssets, settings: EQBenchSettings, *,
+                 record: dict[str, Any] | None = None, roles: tuple[Any, ...] = (), show_progress: bool = True):
+        self.judge, self.assets, self.s, self.roles, self.show_progress = judge, assets, settings, roles, show_progress
+        self.settings = record or {}
+
+    async def run(self, policy: PolicySampler | None, records: list[dict[str, Any]] | None = None,
+                  rejudge: bool = False) -> BenchResult:
+        return await run_eqbench(policy, self.judge, self.assets, self.s, self.show_progress, records, rejudge)
 
 
 async def _generate(policy: PolicySampler, pieces: list[_Piece], s: EQBenchSettings, bar) -> None:
@@ -237,10 +321,10 @@ async def _generate(policy: PolicySampler, pieces: list[_Piece], s: EQBenchSetti
         texts = await policy.sample([[Message("user", p.text)] for p in pending], sampling)
         for p, raw in zip(pending, texts):
             reasoning, reply = split_reasoning(raw)
-            reply = reply.strip()
-            p.attempts.append(len(reply))
-            if len(reply) >= s.min_chars:
-                p.response, p.reasoning, p.status = reply, reasoning, "generated"
+            p.response, p.reasoning = reply.strip(), reasoning
+            p.attempts.append(len(p.response))
+            if len(p.response) >= s.min_chars:
+                p.status = "generated"
                 bar.advance(task)
         pending = [p for p in pending if p.status != "generated"]
     for p in pending:
@@ -255,15 +339,14 @@ async def _judge(judge: ChatModel, assets: EQBenchAssets, pieces: list[_Piece], 
         prompt = fill_judge_prompt(assets.judge_template, p.prompt.writing_prompt, p.response or "",
                                    assets.criteria, assets.negative)
         try:
-            raw = await judge.chat([Message("user", prompt)], temperature=s.judge_temperature,
-                                   max_tokens=s.judge_max_tokens)
-        except Exception as e:  # noqa: BLE001 - one failed judge call loses one piece, counted
-            p.status, p.judge_raw = "judge_error", f"[ERROR: {type(e).__name__}: {e}]"
+            raw = await judge.chat([Message("user", prompt)], **s.judge_sampling)
+        except Exception as e:  # noqa: BLE001 - a failed judge call is counted and judged again on a rerun
+            p.status, p.judge_error = "judge_error", f"{type(e).__name__}: {e}"
         else:
-            p.judge_raw = split_reasoning(raw)[1]
-            p.scores = parse_judge_scores(p.judge_raw)
+            p.judge_raw, p.judge_text = raw, strip_judge_reasoning(raw)[1]
+            p.scores = parse_judge_scores(p.judge_text)
             p.score = piece_score(p.scores, assets.criteria, assets.negative, s.strict)
-            p.status = "scored" if p.score is not None else "unparsed"
+            p.status = "scored" if p.score is not None else "no_value" if p.scores else "unparsed"
         bar.advance(task)
 
     async with anyio.create_task_group() as tg:
@@ -272,26 +355,35 @@ async def _judge(judge: ChatModel, assets: EQBenchAssets, pieces: list[_Piece], 
 
 
 def summarize(pieces: list[_Piece], assets: EQBenchAssets, s: EQBenchSettings) -> BenchResult:
-    """Score, CI, per-criterion means (raw 0–20 judge scores) and counts of judged pieces."""
-    scored = [p for p in pieces if p.score is not None]
-    per_piece = [p.score for p in scored if p.score is not None]
-    mean20 = mean_or_none(per_piece)
-    ci20 = bootstrap_ci(per_piece, s.n_boot, seed=s.seed)
+    """Score and CI (over pieces the judge rated, as the benchmark), per-criterion means (raw 0–20
+    judge scores), counts, and the benchmark's own fields: `score_0_20` and its CI, 2 decimals."""
+    judged = [p for p in pieces if p.status in JUDGED]
+    values = [p.score for p in judged]
+    mean20 = mean_or_none([v for v in values if v is not None])
+    ci20 = bootstrap_ci(values, s.n_boot, seed=s.seed, digits=2)
     listed = set(assets.criteria) | set(assets.negative)
     criteria = {}
     for name in dict.fromkeys([*assets.criteria, *assets.negative]):
-        vals = [p.scores[name] for p in scored if name in p.scores]
+        vals = [p.scores[name] for p in judged if name in p.scores]
         if vals:
             criteria[name] = sum(vals) / len(vals)
     status = Counter(p.status for p in pieces)
     counts = {
         "pieces": len(pieces), "scored": status["scored"], "too_short": status["too_short"],
-        "judge_errors": status["judge_error"], "unparsed": status["unparsed"],
+        "judge_errors": status["judge_error"], "unparsed": status["unparsed"], "no_value": status["no_value"],
         "retries": sum(max(0, len(p.attempts) - 1) for p in pieces),
-        "scores_over_20": sum(scores_over_max(p.judge_raw or "") for p in pieces if p.status != "judge_error"),
-        "unlisted_names": sum(1 for p in scored for n in p.scores if n not in listed),
-        "missing_criteria": sum(1 for p in scored for n in listed if n not in p.scores),
+        "scores_over_20": sum(scores_over_max(p.judge_text or "") for p in judged),
+        "unlisted_names": sum(1 for p in judged for n in p.scores if n not in listed),
+        "missing_criteria": sum(1 for p in judged for n in listed if n not in p.scores),
     }
-    return BenchResult(score=None if mean20 is None else mean20 * 5,
-                       ci=None if ci20 is None else (ci20[0] * 5, ci20[1] * 5),
-                       criteria=criteria, counts=counts, raw=[p.record() for p in pieces])
+    warnings = []
+    if pieces and status["too_short"] == len(pieces):
+        warnings.append(f"every piece ({len(pieces)}) was shorter than {s.min_chars} characters after reasoning "
+                        f"was cut, in all {s.attempts} attempts: no score. The replies are in the raw file "
+                        f"(`response`, `reasoning`); a reasoning policy may need a larger --max-tokens")
+    extra = {"score_0_20": None if mean20 is None else round(mean20, 2),
+             "ci_low_0_20": ci20[0] if ci20 else None, "ci_high_0_20": ci20[1] if ci20 else None}
+    return BenchResult(score=None if mean20 is None else round(mean20 * 5, 2),
+                       ci=None if ci20 is None else (round(ci20[0] * 5, 2), round(ci20[1] * 5, 2)),
+                       criteria=criteria, counts=counts, raw=[p.record() for p in pieces],
+                       failed=status["judge_error"] + status["unparsed"], extra=extra, warnings=warnings)

@@ -17,7 +17,10 @@ message: the judge template filled with the profile and the conversation
 (`<member>…</member>\n<therapist>…</therapist>…`, starting with the member's "Hello"). Each of the
 five criteria is read as `Name: score` (1–6 scale); a missing one counts 3, as upstream, and is
 counted. A conversation's score is the mean of the five; the checkpoint's is the mean over
-profiles, with a bootstrap 95% CI. `strict=True` also treats a score outside 1–6 as missing.
+profiles (unrounded, as the benchmark's `df.mean()`), with a bootstrap 95% CI. `strict=True` also
+treats a score outside 1–6 as missing. The patient and the judge are called with JUDGE_SAMPLING /
+PATIENT_SAMPLING unless their specs say otherwise. A failed judge call is judged again on a rerun,
+and a conversation whose patient call failed is held again.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import anyio
 
 from ..backends.base import ChatModel, SamplingParams
 from ..types import Message
-from .common import BenchmarkError, BenchResult, bootstrap_ci, mean_or_none, progress
+from .common import Benchmark, BenchmarkError, BenchResult, bootstrap_ci, mean_or_none, progress
 from .policy import PolicySampler
 from .pytemplates import PromptModule, TemplateLayoutError
 
@@ -53,6 +56,14 @@ CRITERIA = (
 MISSING_SCORE = 3.0
 SCALE = (1.0, 6.0)
 EMPTY_REPLY = "..."
+JUDGE_SAMPLING = {"temperature": None, "max_tokens": 16000}
+"""The benchmark's judge call (README, run_benchmark.sh): `max_completion_tokens` 16000 and no
+temperature (the server's default); its `reasoning_effort: high` is left to the spec, since an
+endpoint that does not reason may refuse the key."""
+PATIENT_SAMPLING = {"temperature": None, "max_tokens": 16000}
+"""The benchmark's patient call: as the judge's (README, run_benchmark.sh)."""
+TIMEOUT = 600.0
+"""Seconds per patient or judge request (ours: room for 16000 tokens of reasoning)."""
 
 
 @dataclass
@@ -170,6 +181,10 @@ class MindEvalSettings:
     turns: int = 10
     temperature: float = 1.0
     max_tokens: int = 1024
+    judge_sampling: dict[str, Any] = field(default_factory=lambda: dict(JUDGE_SAMPLING))
+    """Sent with every judge call (a None value is not sent)."""
+    patient_sampling: dict[str, Any] = field(default_factory=lambda: dict(PATIENT_SAMPLING))
+    """Sent with every patient call (a None value is not sent)."""
     strict: bool = False
     limit: int | None = None
     n_boot: int = 500
@@ -178,14 +193,21 @@ class MindEvalSettings:
 
 @dataclass
 class _Session:
+    """One conversation: `talking` (turns to go), `talked` (to judge), `scored`, or failed:
+    `patient_error` (held again on a rerun), `judge_error` (judged again on a rerun)."""
+
     index: int
     profile: dict[str, Any]
     clinician: list[Message]
     member: list[Message]
     clinician_thinking: list[str] = field(default_factory=list)
     member_thinking: list[str] = field(default_factory=list)
-    status: str = "pending"
+    status: str = "talking"
+    patient_error: str | None = None
     judge_raw: str | None = None
+    judge_thinking: str | None = None
+    judge_text: str | None = None
+    judge_error: str | None = None
     judgment: Judgment | None = None
 
     @property
@@ -193,49 +215,112 @@ class _Session:
         return self.clinician[1:]
 
     def record(self) -> dict[str, Any]:
+        """The raw record; `judge_raw` is the judge's whole reply, `judge_text` the part parsed."""
         j = self.judgment
         return {"profile_index": self.index, "member_profile": self.profile,
                 "interaction": [m.to_dict() for m in self.interaction],
                 "clinician_thinking_traces": self.clinician_thinking, "member_thinking_traces": self.member_thinking,
-                "status": self.status, "judge_raw": self.judge_raw,
+                "status": self.status, "patient_error": self.patient_error, "judge_raw": self.judge_raw,
+                "judge_thinking": self.judge_thinking, "judge_text": self.judge_text, "judge_error": self.judge_error,
                 "scores": j.scores if j else None, "score": j.score if j else None,
                 "missing": j.missing if j else None, "out_of_range": j.out_of_range if j else None}
 
 
-async def run_mindeval(policy: PolicySampler, patient: ChatModel, judge: ChatModel, assets: MindEvalAssets,
-                       settings: MindEvalSettings | None = None, show_progress: bool = True) -> BenchResult:
-    """Hold every profile's conversation with `policy` as clinician, then judge each and score."""
+def new_session(assets: MindEvalAssets, index: int, profile: dict[str, Any]) -> _Session:
+    return _Session(index, profile,
+                    clinician=[Message("system", fill(assets.clinician, "clinician", index, **profile)),
+                               Message("user", "Hello")],
+                    member=[Message("system", fill(assets.member, "patient", index, **profile)),
+                            Message("assistant", "Hello")])
+
+
+def sessions_from_records(records: list[dict[str, Any]], assets: MindEvalAssets,
+                          rejudge: bool = False) -> list[_Session]:
+    """The conversations of saved raw records: a failed conversation starts again, a failed
+    judgement (every judgement when `rejudge`) is to be judged again."""
+    out = []
+    for i, r in enumerate(records, 1):
+        profile, turns = r.get("member_profile"), r.get("interaction")
+        if not isinstance(profile, dict) or not isinstance(turns, list) or not isinstance(r.get("profile_index"), int):
+            raise BenchmarkError(f"mindeval: saved record {i} has no member_profile, interaction or profile_index")
+        x = new_session(assets, r["profile_index"], profile)
+        if r.get("status") in ("patient_error", "talking"):
+            out.append(x)
+            continue
+        x.clinician = [x.clinician[0], *(Message(t["role"], t["content"]) for t in turns)]
+        x.member = []  # the conversation is over: only the judge reads it
+        x.clinician_thinking = list(r.get("clinician_thinking_traces") or [])
+        x.member_thinking = list(r.get("member_thinking_traces") or [])
+        x.status = r.get("status", "talked")
+        if x.status == "scored" and not rejudge:
+            x.judge_raw, x.judge_thinking = r.get("judge_raw"), r.get("judge_thinking")
+            x.judge_text = r.get("judge_text")
+            x.judgment = Judgment(dict(r.get("scores") or {}), list(r.get("missing") or []),
+                                  list(r.get("out_of_range") or []))
+        else:
+            x.status = "talked"
+        out.append(x)
+    return out
+
+
+async def run_mindeval(policy: PolicySampler | None, patient: ChatModel | None, judge: ChatModel,
+                       assets: MindEvalAssets, settings: MindEvalSettings | None = None, show_progress: bool = True,
+                       records: list[dict[str, Any]] | None = None, rejudge: bool = False) -> BenchResult:
+    """Hold every profile's conversation with `policy` as clinician, then judge each and score; or,
+    given the saved `records` of an earlier run, hold its failed conversations again and judge what
+    is not judged yet (every conversation if `rejudge`)."""
     s = settings or MindEvalSettings()
-    profiles = assets.profiles[: s.limit] if s.limit else assets.profiles
-    sessions = [_Session(i, p,
-                         clinician=[Message("system", fill(assets.clinician, "clinician", i, **p)),
-                                    Message("user", "Hello")],
-                         member=[Message("system", fill(assets.member, "patient", i, **p)),
-                                 Message("assistant", "Hello")])
-                for i, p in enumerate(profiles)]
+    if records is None:
+        profiles = assets.profiles[: s.limit] if s.limit else assets.profiles
+        sessions = [new_session(assets, i, p) for i, p in enumerate(profiles)]
+    else:
+        sessions = sessions_from_records(records, assets, rejudge)
     with progress(show_progress) as bar:
-        talk = bar.add_task("mindeval: conversations (turns)", total=s.turns)
-        for turn in range(s.turns):
-            await _turn(policy, patient, sessions, s, turn)
-            bar.advance(talk)
-        judging = bar.add_task("mindeval: judging", total=len(sessions))
+        talking = [x for x in sessions if x.status == "talking"]
+        if talking:
+            if policy is None or patient is None:
+                raise BenchmarkError("mindeval: conversations to hold but no policy or patient")
+            talk = bar.add_task("mindeval: conversations (turns)", total=s.turns)
+            for turn in range(s.turns):
+                await _turn(policy, patient, talking, s, turn)
+                bar.advance(talk)
+            for x in talking:
+                if x.status == "talking":
+                    x.status = "talked"
+        todo = [x for x in sessions if x.status == "talked"]
+        judging = bar.add_task("mindeval: judging", total=len(todo))
 
         async def one(x: _Session) -> None:
             await _judge(judge, assets, x, s)
             bar.advance(judging)
 
         async with anyio.create_task_group() as tg:
-            for x in sessions:
-                if x.status == "pending":
-                    tg.start_soon(one, x)
-                else:
-                    bar.advance(judging)
+            for x in todo:
+                tg.start_soon(one, x)
     return summarize(sessions, s)
+
+
+class MindEval(Benchmark):
+    """MindEval for the checkpoint driver (`roles`: the patient's and judge's RoleModels)."""
+
+    def __init__(self, patient: ChatModel | None, judge: ChatModel, assets: MindEvalAssets,
+                 settings: MindEvalSettings, *, record: dict[str, Any] | None = None, roles: tuple[Any, ...] = (),
+                 show_progress: bool = True):
+        self.patient, self.judge, self.assets, self.s = patient, judge, assets, settings
+        self.roles, self.show_progress, self.settings = roles, show_progress, record or {}
+
+    async def run(self, policy: PolicySampler | None, records: list[dict[str, Any]] | None = None,
+                  rejudge: bool = False) -> BenchResult:
+        return await run_mindeval(policy, self.patient, self.judge, self.assets, self.s, self.show_progress,
+                                  records, rejudge)
+
+    def needs_policy(self, records: list[dict[str, Any]]) -> bool:
+        return any(r.get("status") in ("patient_error", "talking") for r in records)
 
 
 async def _turn(policy: PolicySampler, patient: ChatModel, sessions: list[_Session], s: MindEvalSettings,
                 turn: int) -> None:
-    sessions = [x for x in sessions if x.status == "pending"]
+    sessions = [x for x in sessions if x.status == "talking"]
     sampling = SamplingParams(max_new_tokens=s.max_tokens, temperature=s.temperature, seed=s.seed * 1000 + turn)
     texts = await policy.sample([x.clinician for x in sessions], sampling)
     for x, raw in zip(sessions, texts):
@@ -247,9 +332,9 @@ async def _turn(policy: PolicySampler, patient: ChatModel, sessions: list[_Sessi
 
     async def member(x: _Session) -> None:
         try:
-            raw = await patient.chat(x.member)
-        except Exception as e:  # noqa: BLE001 - the conversation stops unjudged, counted
-            x.status, x.judge_raw = "patient_error", f"[ERROR: {type(e).__name__}: {e}]"
+            raw = await patient.chat(x.member, **s.patient_sampling)
+        except Exception as e:  # noqa: BLE001 - the conversation stops, counted, and is held again on a rerun
+            x.status, x.patient_error = "patient_error", f"{type(e).__name__}: {e}"
             return
         thinking, reply = separate_thinking(raw)
         reply = reply or EMPTY_REPLY
@@ -265,12 +350,13 @@ async def _turn(policy: PolicySampler, patient: ChatModel, sessions: list[_Sessi
 async def _judge(judge: ChatModel, assets: MindEvalAssets, x: _Session, s: MindEvalSettings) -> None:
     prompt = fill(assets.judge, "judge", x.index, **{**x.profile, "conversation_str": conversation_str(x.interaction)})
     try:
-        raw = await judge.chat([Message("user", prompt)])
-    except Exception as e:  # noqa: BLE001 - one failed judge call loses one conversation, counted
-        x.status, x.judge_raw = "judge_error", f"[ERROR: {type(e).__name__}: {e}]"
+        raw = await judge.chat([Message("user", prompt)], **s.judge_sampling)
+    except Exception as e:  # noqa: BLE001 - a failed judge call is counted and judged again on a rerun
+        x.status, x.judge_error = "judge_error", f"{type(e).__name__}: {e}"
         return
-    x.judge_raw = separate_thinking(raw)[1]
-    x.judgment = parse_judgment(x.judge_raw, s.strict)
+    x.judge_raw = raw
+    x.judge_thinking, x.judge_text = separate_thinking(raw)
+    x.judgment = parse_judgment(x.judge_text, s.strict)
     x.status = "scored"
 
 
@@ -289,5 +375,10 @@ def summarize(sessions: list[_Session], s: MindEvalSettings) -> BenchResult:
         "empty_clinician_replies": sum(m.role == "assistant" and m.content == EMPTY_REPLY
                                        for x in sessions for m in x.interaction),
     }
+    warnings = []
+    if counts["all_missing"]:
+        warnings.append(f"{counts['all_missing']} judge replies named none of the five criteria (each counted 3, "
+                        f"as the benchmark does): a judge cut short by its max_tokens looks like this")
     return BenchResult(score=mean_or_none(per), ci=bootstrap_ci(per, s.n_boot, seed=s.seed), criteria=criteria,
-                       counts=counts, raw=[x.record() for x in sessions])
+                       counts=counts, raw=[x.record() for x in sessions],
+                       failed=counts["judge_errors"] + counts["patient_errors"], warnings=warnings)
