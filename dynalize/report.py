@@ -22,16 +22,20 @@ import anyio
 from rich.console import Console
 
 from .analysis.runs import (
+    BENCHES,
     Metric,
     ReportError,
     Run,
     default_metrics,
+    judge_metrics,
+    judge_name,
     parse_metric,
     unique_names,
 )
 from .analysis.tables import (
     axis_cells,
     axis_table,
+    judges_table,
     markdown,
     rich_table,
     table1,
@@ -88,7 +92,8 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out) if args.out else runs[0].path / "plots"
     out.mkdir(parents=True, exist_ok=True)
     md = ["# dynalize report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]
-    result: dict[str, Any] = {"runs": {r.name: str(r.path) for r in runs}, "tables": [], "axes": [], "plots": []}
+    result: dict[str, Any] = {"runs": {r.name: str(r.path) for r in runs}, "tables": [], "axes": [], "judges": [],
+                              "plots": []}
     for metric in metrics:
         t = table1(runs, metric, window, base, rm_metric)
         header, body = table1_cells(t)
@@ -109,6 +114,7 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
                 console.print(rich_table(a_title, h, b))
                 md += [f"## {a_title}", "", markdown(h, b), ""]
                 result["axes"].append(a.to_json())
+    md += judges_section(runs, metrics, window, base, result)
     if not args.no_plots:
         result["plots"] = [str(p) for p in make_plots(runs, metrics, rm_metric, window, out, args)]
         md += ["## Figures", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in result["plots"]] + [""]
@@ -117,6 +123,25 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     console.print(f"written: {out / 'report.md'}, {out / 'report.json'}"
                   + (f" and {len(result['plots'])} plot(s)" if result["plots"] else ""))
     return result
+
+
+def judges_section(runs: list[Run], metrics: list[Metric], window: tuple[int, int], base: int,
+                   result: dict[str, Any]) -> list[str]:
+    """For each benchmark some run judged again (`eval/<bench>@<label>.jsonl`), Peak / End / Final
+    per judge side by side (the paper's Table 3): printed, added to `result`, Markdown returned."""
+    md: list[str] = []
+    for metric in metrics:
+        bench = metric.source.removeprefix("eval/")
+        judged = judge_metrics(runs, bench) if metric.column == "score" and bench in BENCHES else []
+        if len(judged) < 2:
+            continue
+        names = [judge_name(runs, m) for m in judged]
+        header, body, tables = judges_table(runs, judged, names, window, base)
+        title = f"{bench}: the same generations under each judge (End = mean over steps {window[0]}–{window[1]})"
+        console.print(rich_table(title, header, body))
+        md += [f"## {title}", "", markdown(header, body), ""]
+        result["judges"].append({"bench": bench, "judges": names, "tables": [t.to_json() for t in tables]})
+    return md
 
 
 def make_plots(runs: list[Run], metrics: list[Metric], rm_metric: Metric, window: tuple[int, int], out: Path,
@@ -174,7 +199,8 @@ async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
                           f"(penalties.jsonl or a checkpoint's buffer)")
     judge: Judge = RegexJudge()
     if args.judge:
-        from .eval.common import BenchmarkError, chat_model_from_spec
+        from .eval.common import BenchmarkError
+        from .eval.models import chat_model_from_spec
 
         try:
             judge = Judge(chat_model_from_spec(args.judge, "--judge", args.concurrency),

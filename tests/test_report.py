@@ -15,9 +15,11 @@ from dynalize.analysis.runs import (
     ReportError,
     Run,
     default_metrics,
+    judge_metrics,
+    judge_name,
     parse_metric,
 )
-from dynalize.analysis.tables import axis_table, table1
+from dynalize.analysis.tables import axis_table, judges_table, table1
 from dynalize.penalties.judge import Judge, RegexJudge
 from dynalize.report import main as report_main
 
@@ -178,6 +180,35 @@ def test_report_cli_writes_tables_and_plots(runs, tmp_path):
     assert data["tables"][0]["rows"][1]["end"] == 56.0
     for name in ("scores_eqbench.png", "scores_mindeval.png", "penalties_dyn.png", "patterns.png"):
         assert (out / name).stat().st_size > 1000, name
+
+
+def judged(step, score, model, complete=True):
+    return {"step": step, "score": score, "complete": complete, "settings": {"judge": {"model": model}}}
+
+
+def test_judges_side_by_side(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_jsonl(a / "eval" / "mindeval.jsonl", [judged(150, 3.0, "j1"), judged(200, 3.4, "j1")])
+    write_jsonl(a / "eval" / "mindeval@second.jsonl", [judged(150, 4.0, "j2"), judged(200, 3.0, "j2")])
+    write_jsonl(b / "eval" / "mindeval.jsonl", [judged(150, 3.5, "j1"), judged(200, 3.7, "j1", complete=False)])
+    write_jsonl(b / "eval" / "mindeval@second.jsonl", [judged(150, 3.9, "j2")])
+    runs = [Run(a), Run(b)]
+    assert parse_metric("mindeval@second") == Metric("eval/mindeval@second", "score")
+    metrics = judge_metrics(runs, "mindeval")
+    assert [m.source for m in metrics] == ["eval/mindeval", "eval/mindeval@second"]
+    header, body, _ = judges_table(runs, metrics, [judge_name(runs, m) for m in metrics], window=(150, 200))
+    assert header == ["run", "j1 Peak (step)", "j1 End (n)", "j1 Final (step)", "second (j2) Peak (step)",
+                      "second (j2) End (n)", "second (j2) Final (step)"]
+    # a, j1: (3.0 + 3.4) / 2; j2: peak 4.0 at 150, End (4.0 + 3.0) / 2, final 3.0; b, j2: only step 150
+    assert body == [["a", "3.40 (200)", "3.20 (2)", "3.40 (200)", "4.00 (150)", "3.50 (2)", "3.00 (200)"],
+                    ["b", "3.70 (200)", "3.60 (2)", "3.70 (200)", "3.90 (150)", "3.90 (1)", "3.90 (150)"]]
+    out = tmp_path / "report"
+    assert report_main([str(a), str(b), "--out", str(out), "--no-plots"]) == 0
+    md = (out / "report.md").read_text()
+    assert "## mindeval: the same generations under each judge" in md
+    assert "| a | 3.40 (200) | 3.20 (2) | 3.40 (200) | 4.00 (150) | 3.50 (2) | 3.00 (200) |" in md
+    assert "b: mindeval at step 200 is not complete" in md
+    assert json.loads((out / "report.json").read_text())["judges"][0]["judges"] == ["j1", "second (j2)"]
 
 
 def test_audit_cli(runs, tmp_path, capsys):

@@ -3,6 +3,8 @@
 A *metric* names a column of one of a run's JSONL files:
 
     eqbench, mindeval        eval/<bench>.jsonl, column `score`
+    mindeval@sonnet          eval/mindeval@sonnet.jsonl: the same generations judged again
+                             (`python -m dynalize.eval --rejudge sonnet`), column `score`
     eval/task:gold           eval/task.jsonl (the task's held-out eval, by policy version), column `gold`
     eval/mindeval:criteria.Assessment & Response   a nested column (dotted path)
     metrics:rm/mean          metrics.jsonl, column `rm/mean`
@@ -46,8 +48,8 @@ class Metric:
 
 
 def parse_metric(text: str) -> Metric:
-    """`eqbench`, `mindeval`, `eval/<name>:<column>` or `metrics:<column>`."""
-    if text in BENCHES:
+    """`eqbench`, `mindeval` (or `<bench>@<judge label>`), `eval/<name>:<column>` or `metrics:<column>`."""
+    if text.partition("@")[0] in BENCHES and ":" not in text and "/" not in text:
         return Metric(f"eval/{text}", "score")
     source, sep, column = text.partition(":")
     if not sep or not column or not (source == "metrics" or source.startswith("eval/")):
@@ -144,6 +146,25 @@ def default_metrics(runs: list[Run]) -> list[Metric]:
         return [Metric("eval/task", "gold")]
     raise ReportError(f"eval/task.jsonl has no `gold` column: pass --metric eval/task:<column> "
                       f"(columns: {', '.join(sorted(columns))})")
+
+
+def judge_metrics(runs: list[Run], bench: str) -> list[Metric]:
+    """The benchmark's score under each judge some run has: the evaluation's own judge first, then
+    every `eval/<bench>@<label>.jsonl` (saved generations judged again), by label."""
+    labels = sorted({p.stem.partition("@")[2] for r in runs for p in (r.path / "eval").glob(f"{bench}@*.jsonl")})
+    return [parse_metric(bench)] + [parse_metric(f"{bench}@{label}") for label in labels if label]
+
+
+def judge_name(runs: list[Run], metric: Metric) -> str:
+    """A judge's column name: its label, with the model its rows record (`settings.judge.model`)."""
+    label = metric.source.removeprefix("eval/").partition("@")[2]
+    for r in runs:
+        for row in r.rows(metric.source):
+            judge = (row.get("settings") or {}).get("judge") or {}
+            model = judge.get("model") or judge.get("path")
+            if model:
+                return f"{label} ({model})" if label else str(model)
+    return label or "first judge"
 
 
 def unique_names(paths: list[str]) -> list[str]:

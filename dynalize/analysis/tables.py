@@ -7,6 +7,9 @@ the per-axis table (mean per criterion over the End window).
 - Final: the last evaluated checkpoint.
 - RM (End): the mean of `rm/mean` (metrics.jsonl) over training steps lo..hi.
 - Δ: a run's value minus the baseline run's (the first run unless chosen).
+
+Per judge (the paper's Table 3): Peak / End / Final of the same generations under each judge,
+side by side (`judges_table`).
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ def table1(runs: list[Run], metric: Metric, window: tuple[int, int] = (150, 200)
                          f"{_steps_text([s for s, _ in series])}): End is n/a")
         if not rm:
             notes.append(f"{run.name}: no {rm_metric.column} in metrics.jsonl for steps {lo}–{hi}: RM (End) is n/a")
+        incomplete = [r["step"] for r in run.rows(metric.source) if r.get("complete") is False]
+        if incomplete:
+            notes.append(f"{run.name}: {metric.label} at step {_steps_text(incomplete)} is not complete (judge or "
+                         f"patient calls failed; rerun python -m dynalize.eval to do them again)")
     step_sets = {tuple(r.end_steps) for r in rows if r.end_steps}
     if len(step_sets) > 1:
         notes.append("End averages different checkpoints across runs: " + "; ".join(
@@ -117,6 +124,21 @@ def table1_cells(t: Table1) -> tuple[list[str], list[list[str]]]:
             _fmt(r.rm_end, 3), *deltas,
         ])
     return header, body
+
+
+def judges_table(runs: list[Run], metrics: list[Metric], names: list[str], window: tuple[int, int] = (150, 200),
+                 baseline: int = 0) -> tuple[list[str], list[list[str]], list[Table1]]:
+    """Peak / End / Final of each run under each judge (`metrics`: one per judge, named `names`),
+    side by side: header, body cells, and the Table 1 of each judge (for notes and JSON)."""
+    tables = [table1(runs, m, window, baseline) for m in metrics]
+    header = ["run"] + [f"{name} {col}" for name in names for col in ("Peak (step)", "End (n)", "Final (step)")]
+    body = []
+    for i, run in enumerate(runs):
+        cells = [run.name]
+        for t in tables:
+            cells += table1_cells(t)[1][i][1:4]
+        body.append(cells)
+    return header, body, tables
 
 
 @dataclass
