@@ -140,7 +140,7 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
         proposer: Any = LLMProposer(chat_factory(p.chat), p, dedup, require_regex=j.engine == "regex")
     else:
         proposer = LexicalProposer(p.lexical)
-    judge = Judge(chat_factory(j.chat), j) if j.engine == "llm" else RegexJudge()
+    judge = Judge(chat_factory(j.chat), j, domain=domain) if j.engine == "llm" else RegexJudge()
     return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
 
 

@@ -169,7 +169,7 @@ class Orchestrator:
                     self.history.append(record)
                     bar.update(task, advance=1, info=f"reward {record.get('reward/mean', float('nan')):+.3f}"
                                                      f"  rm {record.get('rm/mean', float('nan')):+.3f}")
-            tg.cancel_scope.cancel()  # background proposals still running are not waited for
+            tg.cancel_scope.cancel()  # background work: terms landed or cancelled it at the last step (finish)
         return self.history
 
     async def step(self, tg: anyio.abc.TaskGroup) -> dict[str, Any]:
@@ -197,6 +197,10 @@ class Orchestrator:
                 version, sync_time = await self.push_weights()
             record.update({"policy_version": version, **batch_metrics(batch.rollouts, [t.name for t in p.terms]),
                            **train_metrics})
+            if step + 1 == cfg.steps:  # background work lands in the last metrics and checkpoint
+                with timer("finish"):
+                    for term in p.terms:
+                        await term.finish()
             for term in p.terms:
                 record.update(term.metrics())
             if self.eval_prompts and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):

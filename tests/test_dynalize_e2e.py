@@ -18,12 +18,12 @@ retired for lack of triggers).
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
 import anyio
 import pytest
+import regex
 
 from dynalize.backends.base import RewardModel
 from dynalize.config import load_config
@@ -131,8 +131,8 @@ def test_lexical_proposer_adds_penalty_and_regex_judge_applies_it(planted_word, 
     assert adds, f"no penalty was added; events: {events}"
     add = adds[0]
     assert add["regex"] and add["proposed_at"] == 0
-    regex = re.compile(add["regex"])
-    assert regex.search(f"so {planted_word} it is"), (add["title"], planted_word)  # it found the planted word
+    pattern = regex.compile(add["regex"])  # the judge's engine
+    assert pattern.search(f"so {planted_word} it is"), (add["title"], planted_word)  # it found the planted word
     pid, at = add["id"], add["step"]
     assert 1 <= at < STEPS  # applies from the batch after the proposal
 
@@ -143,7 +143,7 @@ def test_lexical_proposer_adds_penalty_and_regex_judge_applies_it(planted_word, 
         hits = 0
         for r in lines:
             assert pid in r["verdicts"], (step, r["verdicts"])
-            matches = regex.search(r["replies"][0]) is not None
+            matches = pattern.search(r["replies"][0]) is not None
             assert r["verdicts"][pid] is matches, (step, r["replies"][0])
             assert r["violations"] == sum(r["verdicts"].values())
             assert r["reward"] == pytest.approx(r["rm_score"] - LAM * r["violations"], abs=1e-12)

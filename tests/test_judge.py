@@ -163,3 +163,58 @@ def test_injected_reply_is_still_judged_on_every_penalty():
     judge = Judge(chat)
     [j] = run(judge, [INJECTION], [P1, P2])
     assert j.failed == {"p001", "p002"} and judge.stats.failures == 2 and len(chat.calls) == 3
+
+
+# Backtracks exponentially in any engine; the issue's `(a+)+$` and `(?i)(\w+\s?)+\?\s*$` stalled `re`
+# (4.8 s per step on 16 short replies, 18 s on one of 29 characters) and are cheap in `regex`.
+SLOW = Penalty("p009", "Repeats a", "Runs of a.", regex=r"(a|aa)+$")
+
+
+@pytest.mark.timeout(60)  # today's `re` never returns here
+def test_a_catastrophic_regex_is_set_aside_counted_and_never_stalls_a_step():
+    judge = RegexJudge()
+    texts = ["a" * 60 + "!", "zorbly " + "a" * 60 + "!", "fine"] * 6
+    out = run(judge, texts, [SLOW, LEX])
+    assert judge.stats.regex_timeouts == 1 and "too slow" in judge.unusable_regexes[SLOW.regex]
+    assert all(j.failed == {"p009"} and j.verdicts["p009"] is False for j in out)
+    assert [j.verdicts["p003"] for j in out[:3]] == [False, True, False]  # the others are judged as usual
+    assert judge.stats.failures == len(texts) and judge.stats.lexical == len(texts)
+    again = run(judge, texts, [SLOW, LEX])  # set aside for the run: not tried again
+    assert judge.stats.regex_timeouts == 1 and all(j.failed == {"p009"} for j in again)
+
+
+def test_a_regex_that_does_not_compile_is_set_aside_too():
+    judge = RegexJudge()
+    [j] = run(judge, ["x"], [Penalty("p010", "Bad", "b", regex="(unclosed")])
+    assert j.failed == {"p010"} and "does not compile" in judge.unusable_regexes["(unclosed"]
+
+
+@pytest.mark.timeout(60)
+def test_regex_judging_leaves_the_event_loop_free():
+    ticks = 0
+
+    async def main():
+        nonlocal ticks
+        done = anyio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await anyio.sleep(0.001)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await anyio.sleep(0)
+            before = ticks
+            await RegexJudge().assess(["a" * 60 + "!"] * 4, [SLOW], 1)
+            done.set()
+        return ticks - before
+
+    assert anyio.run(main) >= 2  # other tasks ran while the slow pattern was matched
+
+
+def test_judge_prompt_includes_the_task_description():
+    judge = Judge(ScriptedChatModel([]), domain="Haiku about a subject the user names.")
+    assert "Haiku about a subject the user names." in judge.messages("reply", [P1])[0].content
+    assert "(not described)" in Judge(ScriptedChatModel([])).messages("reply", [P1])[0].content

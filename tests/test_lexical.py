@@ -4,6 +4,7 @@ import random
 import re
 
 import anyio
+import pytest
 
 from dynalize.penalties.config import LexicalConfig
 from dynalize.penalties.lexical import LexicalProposer, reply_features
@@ -270,3 +271,20 @@ def test_length_may_pass_on_a_smaller_log_ratio_than_words():
     kw = dict(min_diff=0.1, max_p_value=0.01, min_effect=0, min_log_ratio=0.5)
     assert best(v, **kw).accepted is None
     assert best(v, **kw, length_log_ratio=0.3).accepted.title == "Replies run longer than 25 words"
+
+
+# Overlapping alternatives: on a sentence that does not end in "r" this backtracks past any limit.
+STALLING = r"(.|..)+r$"
+
+
+@pytest.mark.timeout(60)  # today's `re` never returns here
+def test_penalties_with_stalling_regexes_are_left_out_and_counted():
+    rng = random.Random(0)
+    opener = invented_word(rng).capitalize() + ","
+    stall_active = Penalty("p001", "Ends in r", "", regex=STALLING)
+    stall_retired = Penalty("p002", "Also ends in r", "", regex=r"(..|.)+r$", active=False)
+    v = make_view(rng, lambda r: f"{opener} {sentence(r)}", lambda r: sentence(r), active=[stall_active])
+    v.retired = [stall_retired]
+    result = best(v)
+    assert result.accepted.title == f'Replies open with "{opener}"'  # the proposal goes on without them
+    assert result.regex_timeouts == 2

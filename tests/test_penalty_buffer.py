@@ -113,3 +113,33 @@ def test_events_are_json_lines_drained_once():
     assert lines[0]["id"] == "p001" and lines[0]["title"] == "A" and lines[0]["proposed_at"] == 0
     assert lines[1]["prevalence"] == {"p001": 0.0}
     assert all(x.get("id") == "p001" for x in lines if x["event"] != "stats")
+
+
+def test_a_revival_takes_the_candidate_regex_only_when_the_proposer_chose_it_and_says_so():
+    buf = PenaltyBuffer()
+    buf.add(cand("Ends with a question", regex=r"\?\Z"), step=1)
+    buf.retire("p001", step=2)
+    new = cand("Asks back", regex=r"(?i)\bcertainly\b", revives="p001")
+    new.keep_regex, new.regex_reason = "candidate", "of the 3 references, 0 match the penalty's regex, 3 the candidate's"
+    p = buf.add(new, step=3)
+    assert p.id == "p001" and p.regex == r"(?i)\bcertainly\b"
+    revive = buf.drain_events()[-1]
+    assert revive["event"] == "revive" and revive["regex"] == r"(?i)\bcertainly\b"
+    assert revive["previous_regex"] == r"\?\Z" and revive["regex_from"] == "candidate"
+    assert revive["regex_reason"].startswith("of the 3 references")
+    buf.end_step(3, {"p001": 2}, 8)  # the new regex triggers: it stays
+    assert buf.get("p001").active
+    buf.retire("p001", step=4)
+    kept = buf.add(cand("Asks back", regex=r"other", revives="p001"), step=5)  # keep_regex defaults to "penalty"
+    assert kept.regex == r"(?i)\bcertainly\b" and buf.drain_events()[-1]["regex_from"] == "penalty"
+
+
+def test_preview_shows_queued_candidates_with_the_ids_they_will_get():
+    buf = PenaltyBuffer()
+    buf.add(cand("A"), step=1)
+    buf.add(cand("B"), step=2)
+    buf.retire("p002", step=3)
+    active, retired = buf.preview([cand("C"), cand("B again", revives="p002"), cand("A")])  # the last is refused
+    assert [(p.id, p.title) for p in active] == [("p001", "A"), ("p002", "B"), ("p003", "C")] and retired == []
+    assert [p.id for p in buf.active()] == ["p001"] and buf.version == 3  # the buffer itself is unchanged
+    assert buf.add(cand("C"), step=4).id == "p003"

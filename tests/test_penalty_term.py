@@ -205,7 +205,7 @@ def test_lexical_end_to_end_penalises_the_hack():
 def test_state_dict_round_trip_keeps_pending_proposal():
     eng = term(FakeProposer(), RegexJudge(), every=1)
     eng.buffer.add(candidate("Old", r"\bold\b"), step=0)
-    eng.pending = ProposalResult(step=4, accepted=candidate())
+    eng.pending = [ProposalResult(step=4, accepted=candidate())]
     eng.totals["proposer/accepted"] = 2.0
     state = json.loads(json.dumps(eng.state_dict()))
     fresh = term(FakeProposer(), RegexJudge(), every=1)
@@ -228,6 +228,7 @@ def test_llm_config_builds_llm_parts():
                                           "judge": {"engine": "llm", "chat": chat, "max_concurrency": 4}})
     eng = build_penalty_term(cfg, domain="stories", chat_factory=factory)
     assert len(made) == 2 and eng.judge.cfg.max_concurrency == 4 and eng.proposer.require_regex is False
+    assert "The task the assistant is doing: stories" in eng.judge.messages("r", [])[0].content
     cfg = PenaltiesConfig.model_validate({"proposer": {"engine": "llm", "chat": chat}})
     assert build_penalty_term(cfg, chat_factory=factory).proposer.require_regex is True
     with pytest.raises(ValueError, match="needs judge.chat"):
@@ -270,3 +271,178 @@ def test_proposer_reads_the_last_view_steps_batches_and_the_first_as_reference()
     _propose_all(eng, [7, 8, 9])
     a, b = prop.views[-1], fresh_prop.views[-1]
     assert a.step == b.step == 9 and a.samples == b.samples and a.reference == b.reference
+
+
+# --- nothing the proposer accepted is lost (issue 21) ---------------------------------------------
+
+class GatedProposer:
+    """Proposes `cands[i]` on its i-th call once `gates[i]` is set; records each call's view."""
+
+    def __init__(self, *cands):
+        self.cands = list(cands)
+        self.gates = [anyio.Event() for _ in cands]
+        self.views = []
+
+    async def propose(self, view):
+        i = len(self.views)
+        self.views.append(view)
+        await self.gates[i].wait()
+        return ProposalResult(step=view.step, accepted=self.cands[i], candidates=1)
+
+
+async def _until(pred):
+    with anyio.fail_after(5):
+        while not pred():
+            await anyio.sleep(0.001)
+
+
+def test_a_finished_proposal_is_never_overwritten_and_the_next_one_sees_it_as_active():
+    first, second = candidate(), candidate("Says reply", r"(?i)\breply\b")
+    prop = GatedProposer(first, second)
+
+    async def main():
+        eng = term(prop, RegexJudge(), every=5)
+        async with anyio.create_task_group() as tg:
+            for step in range(8):
+                batch = hacked_batch(step)
+                await score(eng, batch)
+                if step == 5:  # the first proposal lands after this step's score applied nothing...
+                    prop.gates[0].set()
+                    await _until(lambda: not eng.in_flight)
+                eng.observe(batch, tg)  # ...and the second starts before any score applies it
+                if step == 5:
+                    prop.gates[1].set()
+                    await _until(lambda: not eng.in_flight)
+        return eng
+
+    eng = anyio.run(main)
+    assert [v.step for v in prop.views] == [0, 5]
+    assert [(p.id, p.title) for p in prop.views[1].active] == [("p001", first.title)]  # the queued one, as it will be
+    assert [(p.id, p.title, p.created_step) for p in eng.buffer.all()] == \
+        [("p001", first.title, 6), ("p002", second.title, 7)]
+    assert eng.totals["proposer/accepted"] == 2 and eng.totals["penalties/adds"] == 2 and eng.pending == []
+
+
+def test_queued_proposals_enter_one_per_step_and_survive_a_checkpoint():
+    eng = term(FakeProposer(), RegexJudge())
+    eng.pending = [ProposalResult(step=3, accepted=candidate()),
+                   ProposalResult(step=4, accepted=candidate("Says reply", r"(?i)\breply\b"))]
+    state = json.loads(json.dumps(eng.state_dict()))
+    fresh = term(FakeProposer(), RegexJudge())
+    fresh.load_state_dict(state)
+    anyio.run(score, fresh, hacked_batch(5))
+    assert [p.title for p in fresh.buffer.all()] == ["Opens with Zounds"] and fresh.metrics()["proposer/pending"] == 1
+    anyio.run(score, fresh, hacked_batch(6))
+    assert [p.created_step for p in fresh.buffer.all()] == [5, 6] and fresh.pending == []
+
+
+def test_an_older_checkpoint_with_one_pending_candidate_still_loads():
+    eng = term(FakeProposer(), RegexJudge())
+    state = json.loads(json.dumps(eng.state_dict()))
+    state.update(pending=candidate().to_dict(), pending_step=4)
+    del state["in_flight"]
+    eng.load_state_dict(state)
+    assert [(r.step, r.accepted.title) for r in eng.pending] == [(4, "Opens with Zounds")]
+
+
+def start_then_finish(proposer, **cfg):
+    """Score and observe batch 0 (a proposal starts), then end the run at once (`finish`)."""
+    async def main():
+        eng = term(proposer, RegexJudge(), every=1, **cfg)
+        async with anyio.create_task_group() as tg:
+            batch = hacked_batch(0)
+            await score(eng, batch)
+            eng.observe(batch, tg)
+            await eng.finish()
+        return eng
+
+    return anyio.run(main)
+
+
+def test_the_run_end_waits_for_a_proposal_in_flight():
+    eng = start_then_finish(FakeProposer(candidate(), delay=0.2))
+    m = eng.metrics()
+    assert m["proposer/accepted"] == 1 and m["proposer/pending"] == 1 and m["proposer/cancelled"] == 0
+    assert eng.state_dict()["pending"][0]["candidate"]["title"] == "Opens with Zounds"
+
+
+def test_a_proposal_past_the_finish_timeout_is_cancelled_counted_and_proposed_again_on_resume():
+    prop = GatedProposer(candidate())  # never released
+    eng = start_then_finish(prop, finish_timeout=0.05)
+    assert eng.metrics()["proposer/cancelled"] == 1 and not eng.in_flight
+    state = json.loads(json.dumps(eng.state_dict()))
+    assert state["in_flight"]["step"] == 0
+
+    again = FakeProposer(candidate())
+    fresh = term(again, RegexJudge(), every=5)
+    fresh.load_state_dict(state)
+
+    async def resumed():
+        async with anyio.create_task_group() as tg:
+            batch = hacked_batch(1)
+            await score(fresh, batch)
+            fresh.observe(batch, tg)  # step 1 is off the schedule: the unfinished proposal runs anyway
+        await score(fresh, hacked_batch(2))
+
+    anyio.run(resumed)
+    assert [v.step for v in again.views] == [0] and again.views[0].samples == prop.views[0].samples
+    assert fresh.totals["proposer/restarted"] == 1 and fresh.buffer.get("p001").created_step == 2
+
+
+def test_a_state_dict_taken_mid_proposal_keeps_its_view():
+    prop = GatedProposer(candidate())
+
+    async def main():
+        eng = term(prop, RegexJudge(), every=1)
+        async with anyio.create_task_group() as tg:
+            batch = hacked_batch(0)
+            await score(eng, batch)
+            eng.observe(batch, tg)
+            await anyio.sleep(0.01)
+            state = eng.state_dict()
+            prop.gates[0].set()
+        return state
+
+    state = anyio.run(main)
+    assert state["in_flight"]["step"] == 0 and len(state["in_flight"]["samples"]) == len(prop.views[0].samples)
+
+
+# --- unsafe regexes and failure counters (issue 21) -----------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_a_penalty_whose_regex_stalls_is_retired_and_counted():
+    buf = PenaltyBuffer()
+    buf.add(Candidate("Runs of a", "d", [], r"(a|aa)+$"), step=0)
+    buf.add(candidate(), step=1)
+    eng = term(FakeProposer(), RegexJudge(), buf)
+    batch = hacked_batch(2)
+    batch.groups[0][2].replies = ["a" * 60 + "!"]
+    events = anyio.run(score, eng, batch)["penalties"]
+    assert [p.id for p in buf.active()] == ["p002"]
+    [retire] = [e for e in events if e["event"] == "retire"]
+    assert retire["id"] == "p001" and retire["reason"] == "unusable_regex" and "too slow" in retire["why"]
+    m = eng.metrics()
+    assert m["judge/regex_timeouts"] == 1 and m["penalties/retires"] == 1
+    assert batch.groups[0][0].info["judge_failed"] == ["p001"] and batch.groups[0][0].info["violations"] == 1
+
+
+def test_proposer_failures_are_counted_by_stage_and_regex_timeouts_too():
+    class Failing:
+        async def propose(self, view):
+            return ProposalResult(step=view.step, error="ProposalReplyError: no verdict for c2",
+                                  failed_at="dedup", regex_timeouts=2, rejected={"slow_regex": 2})
+
+    async def main():
+        eng = term(Failing(), RegexJudge(), every=1)
+        async with anyio.create_task_group() as tg:
+            eng.observe(hacked_batch(0), tg)
+        return eng
+
+    m = anyio.run(main).metrics()
+    assert m["proposer/failed"] == 1 and m["proposer/failed/dedup"] == 1
+    assert m["proposer/regex_timeouts"] == 2 and m["proposer/rejected/slow_regex"] == 2
+
+
+def test_a_zero_finish_timeout_cancels_the_proposal_in_flight_at_once():
+    eng = start_then_finish(GatedProposer(candidate()), finish_timeout=0)  # before the proposal task ever ran
+    assert eng.totals["proposer/cancelled"] == 1 and eng.state_dict()["in_flight"]["step"] == 0

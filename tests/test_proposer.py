@@ -3,10 +3,12 @@
 import json
 
 import anyio
+import pytest
 
 from dynalize.backends.chat import ScriptedChatModel
+from dynalize.penalties.candidate import Candidate
 from dynalize.penalties.config import ProposerConfig
-from dynalize.penalties.proposer import LLMProposer, resolve_sample_id
+from dynalize.penalties.proposer import LLMProposer, parse_dedup, resolve_id
 from dynalize.penalties.views import build_view
 from dynalize.types import Batch, Penalty, Rollout
 
@@ -69,7 +71,7 @@ def test_prompt_shows_scores_signs_penalties_and_domain():
 
 def test_sample_id_resolution():
     ids = ["s01", "s02", "s10"]
-    assert [resolve_sample_id(r, ids) for r in ["s01", "S2", "[s10]", "10", "s7", "x"]] == \
+    assert [resolve_id(r, ids) for r in ["s01", "S2", "[s10]", "10", "s7", "x"]] == \
         ["s01", "s02", "s10", "s10", None, None]
 
 
@@ -89,7 +91,7 @@ def test_filters_each_counted_and_best_has_most_groups():
         c("Three groups, more refs", [ids[0], ids[1], ids[2], "S" + ids[4][1:].lstrip("0")]),
         {"title": "", "description": "no title", "sample_ids": [ids[0]]},
     )])
-    r = propose(chat, v)
+    r = propose(chat, v, max_candidates=9)
     assert r.ok and r.candidates == 9
     assert r.accepted is not None and r.accepted.title == "Three groups, more refs"
     assert r.accepted.groups == 3 and r.accepted.references == [ids[0], ids[1], ids[2], ids[4]]
@@ -119,8 +121,6 @@ def test_dedup_pass_drops_duplicate_of_active_and_marks_revival():
         {"candidate": "c1", "duplicate_of": "p001"},
         {"candidate": "c2", "duplicate_of": "p002"},
         {"candidate": "c3", "duplicate_of": None},
-        {"candidate": "c9", "duplicate_of": "p001"},  # invented candidate: ignored
-        {"candidate": "c3", "duplicate_of": "p777"},  # invented penalty: ignored
     ]})])
     r = anyio.run(LLMProposer(proposer_chat, dedup_chat=dedup_chat).propose, v)
     assert r.ok and r.rejected == {"duplicate": 2, "not_best": 1}
@@ -155,3 +155,153 @@ def test_repaired_json_is_accepted():
     raw = "Here you go:\n```json\n" + reply(c("Fenced", [ids[0], ids[2]]))[:-1] + ",]}\n```"
     r = propose(ScriptedChatModel([raw]), v)
     assert r.ok and r.accepted.title == "Fenced"
+
+
+# --- dedup: ids, schema, regexes (issue 21) -----------------------------------------------------
+
+ACTIVE = Penalty("p001", "Flatters the user", "Praises the user.")
+RETIRED = Penalty("p002", "Ends with a question", "Last sentence asks something.", regex=r"\?\s*\Z", active=False)
+
+
+def dedup_run(answer, cands=None, **kw):
+    """Propose `cands` (default: two fresh ones) against ACTIVE and RETIRED; the dedup pass says `answer`."""
+    v = view(active=[ACTIVE], retired=[RETIRED])
+    ids = [s.id for s in v.samples]
+    cands = cands or [c("Compliments the asker", [ids[0], ids[2], ids[4]]), c("Says certainly", [ids[1], ids[3]])]
+    dedup_chat = ScriptedChatModel(lambda msgs: answer if isinstance(answer, str) else json.dumps(answer))
+    r = anyio.run(LLMProposer(ScriptedChatModel([reply(*cands)]), ProposerConfig(**kw), dedup_chat).propose, v)
+    return r, dedup_chat
+
+
+@pytest.mark.parametrize("named", ["p001", "P001", "p1", "1", "p001: Flatters the user", "[p001]", "p001.",
+                                   " P01 ", "Flatters the user"])
+def test_dedup_reads_penalty_ids_as_loosely_as_sample_ids(named):
+    r, _ = dedup_run({"duplicates": [{"candidate": "c1", "duplicate_of": named},
+                                     {"candidate": "c2", "duplicate_of": None}]})
+    assert r.ok and r.rejected == {"duplicate": 1} and r.accepted.title == "Says certainly"
+
+
+@pytest.mark.parametrize("named", ["P002", "p2", "[p002]", "p002: Ends with a question"])
+def test_dedup_naming_a_retired_penalty_loosely_revives_it(named):
+    r, _ = dedup_run({"duplicates": [{"candidate": "C1", "duplicate_of": "P1"},
+                                     {"candidate": "[c2]", "duplicate_of": named}]})
+    assert r.ok and r.accepted.title == "Says certainly" and r.accepted.revives == "p002"
+
+
+def test_resolve_id_reads_one_id_and_refuses_ambiguity():
+    ids = ["p001", "p002", "p010"]
+    titles = {"p001": "Flatters the user", "p002": "Ends with a question", "p010": "Ends with a question"}
+    got = [resolve_id(r, ids, titles) for r in
+           ["p010", "P10", "10", "p1 or p2", "p001 and p002 overlap", "both p1 and p2", "1 or 2", "s1", "p3",
+            "flatters the user!", "Ends with a question", "", None, True, 2, "p002 (Ends with 2 questions)"]]
+    assert got == ["p010", "p010", "p010", None, None, None, None, None, None,
+                   "p001", None, None, None, None, "p002", "p002"]
+    samples = ["s01", "s02", "s03", "s05"]
+    assert [resolve_id(r, samples) for r in ["s03-s05", "s03, s05", "S3:", "(s05)", "s 3"]] == \
+        [None, None, "s03", "s05", "s03"]
+
+
+MALFORMED = [
+    {"duplicates": {"c1": "p001"}},                                    # a mapping, not a list
+    [{"c1": "p001"}],                                                  # no object at the top
+    [["c1", "p001"]],
+    [],
+    {"duplicates": []},                                                # no verdict at all
+    {"duplicates": [{"candidate": "c1", "duplicate_of": None}]},       # c2 has no verdict
+    {"duplicates": [{"candidate": "Compliments", "duplicate_of": None},  # not a title it was given
+                    {"candidate": "c2", "duplicate_of": None}]},
+    {"duplicates": [{"c1": "p001"}, {"c2": None}]},                    # items off the schema
+    {"duplicates": [{"candidate": "c1", "duplicate_of": None}, {"candidate": "c2", "duplicate_of": None},
+                    {"candidate": "c9", "duplicate_of": "p001"}]},     # a candidate that does not exist
+    {"duplicates": [{"candidate": "c1", "duplicate_of": "p777"},       # a penalty that does not exist
+                    {"candidate": "c2", "duplicate_of": None}]},
+    {"duplicates": [{"candidate": "c1", "duplicate_of": None}, {"candidate": "c2", "duplicate_of": None},
+                    {"candidate": "c1", "duplicate_of": "p001"}]},     # two verdicts for c1
+    "I could not decide.",
+]
+
+
+@pytest.mark.parametrize("answer", MALFORMED, ids=[str(i) for i in range(len(MALFORMED))])
+def test_a_malformed_dedup_reply_fails_the_proposal_and_never_means_no_duplicates(answer):
+    r, _ = dedup_run(answer)
+    assert not r.ok and r.accepted is None and r.failed_at == "dedup"
+
+
+def test_candidates_named_by_their_exact_titles_are_understood():
+    r, _ = dedup_run({"duplicates": [{"candidate": "Compliments the asker", "duplicate_of": "p001"},
+                                     {"candidate": "says certainly.", "duplicate_of": "null"}]})
+    assert r.ok and r.rejected == {"duplicate": 1} and r.accepted.title == "Says certainly"
+
+
+def test_a_title_with_a_number_names_its_candidate_not_the_candidate_with_that_number():
+    cands = [Candidate("Says hello", "d"), Candidate("Uses 1 exclamation mark", "d")]
+    raw = {"duplicates": [{"candidate": "Uses 1 exclamation mark", "duplicate_of": "p001"},
+                          {"candidate": "c1", "duplicate_of": None}]}
+    assert parse_dedup(raw, cands, [ACTIVE]) == [None, "p001"]
+
+
+def test_dedup_sees_regexes_and_a_revival_keeps_the_regex_that_matches_its_references():
+    v = view(active=[ACTIVE], retired=[RETIRED])
+    ids = [s.id for s in v.samples]  # texts "g<group> r<i> Certainly! text": none ends with "?"
+    cands = [c("Says certainly", [ids[0], ids[2], ids[4]], regex=r"(?i)\bcertainly\b")]
+    r, dedup_chat = dedup_run({"duplicates": [{"candidate": "c1", "duplicate_of": "p002"}]}, cands)
+    listing = dedup_chat.calls[0][1].content
+    assert r"p002: Ends with a question. Last sentence asks something. [regex: \?\s*\Z]" in listing
+    assert r"c1: Says certainly. Says certainly. [regex: (?i)\bcertainly\b]" in listing
+    assert "p001: Flatters the user. Praises the user. [no regex]" in listing
+    got = r.accepted
+    assert got.revives == "p002" and got.keep_regex == "candidate" and got.regex == r"(?i)\bcertainly\b"
+    assert "0 match the penalty's regex, 3 the candidate's" in got.regex_reason
+    # the old regex matches them all: it stays
+    old = Penalty("p002", "Ends with text", "d", regex=r"text\Z", active=False)
+    v = view(retired=[old])
+    r = anyio.run(LLMProposer(ScriptedChatModel([reply(c("Says certainly", [ids[0], ids[2]], regex="Certainly"))]),
+                              dedup_chat=ScriptedChatModel([json.dumps({"duplicates": [
+                                  {"candidate": "c1", "duplicate_of": "p002"}]})])).propose, v)
+    assert r.accepted.revives == "p002" and r.accepted.keep_regex == "penalty"
+
+
+def test_a_candidate_with_a_retired_penalty_s_title_revives_it_without_the_pass_saying_so():
+    r, _ = dedup_run({"duplicates": [{"candidate": "c1", "duplicate_of": None}]},
+                     [c("Ends with a question!", [view().samples[0].id, view().samples[2].id])])
+    assert r.ok and r.accepted.revives == "p002"
+
+
+# --- candidates: regex type, limits, what the proposer saw (issue 21) -----------------------------
+
+def test_a_regex_given_as_a_list_is_rejected_never_stringified():
+    v = view()
+    ids = [s.id for s in v.samples]
+    r = propose(ScriptedChatModel([reply(c("List regex", [ids[0], ids[2]], regex=["Certainly"]),
+                                         c("Number regex", [ids[0], ids[2]], regex=3))]), v)
+    assert r.accepted is None and r.rejected == {"bad_regex": 2}
+
+
+def test_max_candidates_is_enforced():
+    v = view()
+    ids = [s.id for s in v.samples]
+    chat = ScriptedChatModel([reply(*[c(f"Cand {i}", [ids[0], ids[2 + i % 6]]) for i in range(8)])])
+    r = propose(chat, v, max_candidates=2)
+    assert r.candidates == 8 and r.rejected == {"too_many": 6, "not_best": 1} and r.accepted.title == "Cand 0"
+
+
+def test_regex_is_checked_against_the_text_the_proposer_saw():
+    b = Batch(step=0, groups=[[rollout(gi, f"g{gi} r{i} " + "x" * 40 + " HIDDEN tail") for i in range(4)]
+                              for gi in range(6)])
+    v = scored_view(b, seed=1, step=10, groups=4, per_group=2)
+    ids = [s.id for s in v.samples]
+    chat = ScriptedChatModel([reply(c("Says HIDDEN", [ids[0], ids[2]], regex="HIDDEN"),
+                                    c("Many x", [ids[0], ids[2]], regex="x{10}"))] * 2)
+    assert propose(chat, v, max_chars=500).accepted.title == "Says HIDDEN"
+    r = propose(ScriptedChatModel(chat.replies), v, max_chars=30)  # "HIDDEN" is past the cut
+    assert r.accepted.title == "Many x" and r.rejected == {"bad_regex": 1}
+
+
+@pytest.mark.timeout(60)  # today's `re` never returns here
+def test_a_catastrophic_candidate_regex_is_rejected_and_counted():
+    b = Batch(step=0, groups=[[rollout(gi, ("a" * 60 + "!") if i % 2 else "aaa") for i in range(4)]
+                              for gi in range(6)])
+    v = scored_view(b, seed=1, step=10, groups=4, per_group=2)
+    ids = [s.id for s in v.samples if s.text == "aaa"]
+    r = propose(ScriptedChatModel([reply(c("Runs of a", ids[:3], regex=r"(a|aa)+$"))]), v)
+    assert r.ok and r.accepted is None and r.rejected == {"slow_regex": 1} and r.regex_timeouts == 1

@@ -80,7 +80,12 @@ class PenaltyBuffer:
         return p
 
     def revive(self, penalty_id: str, step: int, candidate: Candidate | None = None, **extra: Any) -> Penalty:
-        """Bring retired penalty `penalty_id` back at `step`, keeping its id, text and history."""
+        """Bring retired penalty `penalty_id` back at `step`, keeping its id, text and history.
+
+        Its regex becomes the candidate's only when the proposer chose so for this revival
+        (`candidate.revives == penalty_id` and `keep_regex == "candidate"`); the event records
+        the regex it carries, where it came from and, if changed, the previous one.
+        """
         p = self._penalties[penalty_id]
         if p.active:
             raise PenaltyBufferError(f"penalty {penalty_id} is active, nothing to revive")
@@ -89,6 +94,11 @@ class PenaltyBuffer:
         if candidate is not None:
             p.references = list(candidate.references)
             extra = {"proposed_title": candidate.title, "references": p.references, **extra}
+            if candidate.revives == p.id and candidate.keep_regex == "candidate" and candidate.regex != p.regex:
+                extra["previous_regex"], p.regex = p.regex, candidate.regex
+            extra.update(regex=p.regex, regex_from=candidate.keep_regex if candidate.revives == p.id else "penalty")
+            if candidate.regex_reason:
+                extra["regex_reason"] = candidate.regex_reason
         self._event(p, step, "revive", **extra)
         return p
 
@@ -123,6 +133,17 @@ class PenaltyBuffer:
                 self.retire(p.id, step, reason="no_triggers", n_judged=n_judged)
                 retired.append(p.id)
         return retired
+
+    def preview(self, candidates: list[Candidate]) -> tuple[list[Penalty], list[Penalty]]:
+        """(active, retired) as they will be once `candidates` are applied in order (accepted
+        proposals not applied yet), with the ids they will get: what a new proposal must not repeat."""
+        future = PenaltyBuffer.from_json(self.to_json())
+        for i, c in enumerate(candidates):
+            try:
+                future.add(copy.deepcopy(c), step=-1 - i)
+            except PenaltyBufferError:
+                pass  # it will be refused when applied, too
+        return future.active(), future.retired()
 
     def drain_events(self) -> list[dict[str, Any]]:
         """The events since the last call (add / retire / revive / stats, each with its step)."""

@@ -15,7 +15,9 @@ class Candidate:
     """A proposed penalty, after the proposer's filters.
 
     `groups` is the number of distinct batch groups its references cover; `revives` names a
-    retired penalty the dedup pass found it repeats (the buffer then revives that one).
+    retired penalty the dedup pass found it repeats (the buffer then revives that one), and
+    `keep_regex` which regex the revived penalty carries: `"penalty"` (its own) or `"candidate"`
+    (this one's; None for no regex: the judge reads the description), with `regex_reason` why.
     """
 
     title: str
@@ -24,6 +26,8 @@ class Candidate:
     regex: str | None = None
     groups: int = 0
     revives: str | None = None
+    keep_regex: str = "penalty"
+    regex_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,13 +39,20 @@ class Candidate:
 
 @dataclass
 class ProposalResult:
-    """One proposal step: the accepted candidate (at most one), rejections by reason, or an error."""
+    """One proposal step: the accepted candidate (at most one), rejections by reason, or an error.
+
+    `failed_at` names the stage that failed (`propose`: the proposal call or its reply, `dedup`:
+    the duplicate check or its reply); `regex_timeouts` counts patterns set aside for running
+    past their time budget (saferegex).
+    """
 
     step: int
     accepted: Candidate | None = None
     candidates: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    failed_at: str | None = None
+    regex_timeouts: int = 0
     latency: float = 0.0
 
     @property
@@ -63,13 +74,3 @@ def normalize_title(title: str) -> str:
     """Lower-case words only, so "Opens with 'Okay,'" and "opens with okay" compare equal."""
     return " ".join(re.findall(r"\w+", title.lower()))
 
-
-def regex_error(regex: str) -> str | None:
-    """Why `regex` cannot be a penalty's regex (does not compile, or matches the empty text)."""
-    try:
-        compiled = re.compile(regex)
-    except (re.error, TypeError, ValueError) as e:
-        return f"does not compile: {e}"
-    if compiled.search(""):
-        return "matches the empty text"
-    return None

@@ -103,6 +103,10 @@ class PenaltiesConfig(_Section):
     """Rollouts sampled from each of those groups."""
     view_steps: int = Field(1, ge=1)
     """The proposer reads the samples of this many latest batches, pooled (1: the proposal step's batch)."""
+    finish_timeout: float = Field(600.0, ge=0)
+    """At the end of a run, wait this many seconds for a proposal still running (its result goes
+    into the last checkpoint); then cancel it, counted in `proposer/cancelled` (a resumed run
+    proposes it again)."""
     proposer: ProposerConfig = ProposerConfig()
     """Who proposes penalties."""
     judge: JudgeConfig = JudgeConfig()

@@ -1,6 +1,9 @@
 """The judge: binary verdicts of every active penalty on a text, in one pass per text.
 
-Penalties with a regex are decided locally; the rest go to a ChatModel in one call per text
+Penalties with a regex are decided locally, in a worker thread, each pattern within a time
+budget (saferegex): a pattern that does not compile or runs past its budget fails its verdicts,
+is counted (`regex_timeouts`) and is set aside for the run (`unusable_regexes`; the penalty
+term retires its penalty). The rest go to a ChatModel in one call per text
 (per policy reply in multi-turn) asking for `{penalty_id: true|false}`. Ids the model invents
 are ignored; a reply missing ids is retried (chat_json), and ids still missing after the
 retries, or every id of a call that yields no JSON object at all, count as not triggered and as
@@ -10,7 +13,6 @@ failures. Texts are fenced as data (see prompting.fence). Complete LLM answers a
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields
@@ -24,6 +26,7 @@ from ..backends.chat import ChatJSONError, chat_json, parse_json
 from ..types import Message, Penalty
 from .config import JudgeConfig
 from .prompting import fence, new_nonce, penalty_list, render
+from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 
 log = structlog.get_logger("dynalize.penalties.judge")
 
@@ -33,13 +36,15 @@ _FALSE = {"false", "no", "n", "0", "not triggered"}
 
 @dataclass
 class JudgeStats:
-    """Counters since the last reset: LLM calls, failed calls, missing verdicts, cache hits, latency."""
+    """Counters since the last reset: LLM calls, failed calls, missing verdicts, cache hits, regex
+    verdicts, regexes that ran past their time budget, latency."""
 
     calls: int = 0
     failed_calls: int = 0
     failures: int = 0
     cache_hits: int = 0
     lexical: int = 0
+    regex_timeouts: int = 0
     latency_sum: float = 0.0
     latency_max: float = 0.0
 
@@ -106,14 +111,17 @@ def verdict_schema(ids: Sequence[str]) -> dict[str, Any]:
 class Judge:
     """Judges texts against penalties. Without a `chat` model only regex penalties get verdicts."""
 
-    def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None):
+    def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None, *, domain: str = ""):
         self.chat = chat
         self.cfg = cfg or JudgeConfig()
         """Retries, concurrency and cache size (penalties.config.JudgeConfig)."""
+        self.domain = domain
+        """The task's description (Task.description), shown in the prompt."""
         self.stats = JudgeStats()
+        self.unusable_regexes: dict[str, str] = {}
+        """Patterns set aside for the run (bad, or past their time budget once), with the reason."""
         self._cache: OrderedDict[tuple[str, str | None, int], dict[str, bool]] = OrderedDict()
         self._limiter: anyio.CapacityLimiter | None = None
-        self._regexes: dict[str, re.Pattern[str] | None] = {}
 
     async def judge(self, texts: list[str], penalties: list[Penalty], buffer_version: int,
                     contexts: Sequence[str | None] | None = None) -> list[dict[str, bool]]:
@@ -129,16 +137,8 @@ class Judge:
         out = [Judgement({}) for _ in texts]
         lexical = [p for p in penalties if p.regex]
         semantic = [p for p in penalties if not p.regex]
-        for text, j in zip(texts, out):
-            for p in lexical:
-                rx = self._compiled(p.regex or "")
-                if rx is None:
-                    j.verdicts[p.id] = False
-                    j.failed.add(p.id)
-                    self.stats.failures += 1
-                else:
-                    j.verdicts[p.id] = rx.search(text) is not None
-                    self.stats.lexical += 1
+        if lexical and texts:  # off the event loop: matching is CPU work (bounded, see saferegex)
+            await anyio.to_thread.run_sync(self._judge_lexical, texts, lexical, out)
         if semantic:
             await self._judge_semantic(texts, ctxs, semantic, buffer_version, out)
         return out
@@ -153,18 +153,36 @@ class Judge:
                    f"</context-{nonce}>:\n{fence('context', context, nonce)}\n")
         user = render("judge_user", penalties=penalty_list(penalties), context=ctx, nonce=nonce,
                       reply=fence("reply", text, nonce), ids=", ".join(p.id for p in penalties))
-        return [Message("system", render("judge_system")), Message("user", user)]
+        system = render("judge_system", domain=self.domain or "(not described)")
+        return [Message("system", system), Message("user", user)]
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _compiled(self, regex: str) -> re.Pattern[str] | None:
-        if regex not in self._regexes:
-            try:
-                self._regexes[regex] = re.compile(regex)
-            except re.error:
-                log.warning("judge.bad_regex", regex=regex)
-                self._regexes[regex] = None
-        return self._regexes[regex]
+    def _judge_lexical(self, texts: list[str], penalties: list[Penalty], out: list[Judgement]) -> None:
+        """Each regex penalty over all `texts` within its budget; an unusable pattern fails its verdicts."""
+        for p in penalties:
+            pattern = p.regex or ""
+            hits = None
+            if pattern not in self.unusable_regexes:
+                try:
+                    hits = SafeRegex(pattern).search_all(texts)
+                except UnsafeRegex as e:
+                    self.unusable_regexes[pattern] = e.reason
+                except RegexTimeout as e:
+                    self.stats.regex_timeouts += 1
+                    self.unusable_regexes[pattern] = f"too slow: {e}"
+                if hits is None:
+                    log.warning("judge.unusable_regex", penalty=p.id, regex=pattern,
+                                reason=self.unusable_regexes[pattern])
+            if hits is None:
+                for j in out:
+                    j.verdicts[p.id] = False
+                    j.failed.add(p.id)
+                self.stats.failures += len(out)
+                continue
+            for j, hit in zip(out, hits):
+                j.verdicts[p.id] = hit
+            self.stats.lexical += len(out)
 
     async def _judge_semantic(self, texts: list[str], ctxs: list[str | None], penalties: list[Penalty],
                               version: int, out: list[Judgement]) -> None:

@@ -4,13 +4,17 @@ It contrasts the view's positive- and negative-advantage replies over word n-gra
 closers and length, keeps the patterns that pass every test of `LexicalConfig` (enrichment,
 Fisher p-value, RM effect within groups), drops those an active penalty covers or explains away,
 and proposes the strongest as a regex penalty. The rules and the evidence for each are in
-docs/penalties.md ("The lexical proposer").
+docs/penalties.md ("The lexical proposer"). Penalties' regexes may come from elsewhere (an LLM
+proposer, a checkpoint): they are matched once per proposal through saferegex, and one that runs
+past its time budget is left out of the checks (counted in `regex_timeouts`). Words, tokens and
+the proposer's own patterns use the judge's engine (`regex`), so the evidence counted here and
+the judge's verdicts agree on every character (`regex`'s word characters include combining
+marks; its white space leaves out U+001C..U+001F, which `re` and `str.split` count).
 """
 
 from __future__ import annotations
 
 import math
-import re
 import statistics
 import time
 from collections import Counter
@@ -18,13 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
+import regex
 
 from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
+from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .views import ProposerView, ViewSample
 
-WORD = re.compile(r"\w+(?:'\w+)*")
+WORD = regex.compile(r"\w+(?:'\w+)*")
+TOKEN = regex.compile(r"\S+")
+"""Whitespace-separated tokens, as the length pattern `(?:\\S+\\s+){L}` counts them."""
 # Word edges as WORD sees them: "s" is no word of "it's", so a penalty on "s" must not match there.
 WORD_START = r"(?<!\w)(?<!\w')"
 WORD_END = r"(?!\w)(?!'\w)"
@@ -66,6 +74,10 @@ class Feature:
         return f'Replies use the {noun} "{self.shown}"'
 
 
+_TRAILING = regex.compile(r"[\s\"')\]*_]+\Z")
+"""What may follow a reply's last mark: space, closing quotes and brackets, markdown emphasis."""
+
+
 def reply_features(text: str) -> dict[str, Feature]:
     """The features present in `text`, by kind:key."""
     feats: list[Feature] = []
@@ -75,25 +87,25 @@ def reply_features(text: str) -> dict[str, Feature]:
             gram = words[i:i + n]
             if all(w in STOP_WORDS for w in gram):
                 continue
-            body = r"\W+".join(re.escape(w) for w in gram)
+            body = r"\W+".join(regex.escape(w) for w in gram)
             feats.append(Feature(f"ngram{n}", " ".join(gram), " ".join(gram), rf"(?i){WORD_START}{body}{WORD_END}"))
-    tokens = text.split()
+    tokens = TOKEN.findall(text)
     for n in (1, 2):
         if len(tokens) >= n:
             head = tokens[:n]
-            body = r"\s+".join(re.escape(t) for t in head) + (WORD_END if re.search(r"\w$", head[-1]) else "")
+            body = r"\s+".join(regex.escape(t) for t in head) + (WORD_END if regex.search(r"\w$", head[-1]) else "")
             feats.append(Feature(f"open{n}", " ".join(head).lower(), " ".join(head), rf"(?i)\A\s*{body}"))
-    end = text.rstrip().rstrip("\"')]*_")
+    end = _TRAILING.sub("", text)
     if end.endswith("?"):
         feats.append(Feature("close?", "?", "?", r"\?[\s\"')\]*_]*\Z"))
     else:  # other closing punctuation ("!", "...", "?!"); a lone "." is the ordinary end of a reply
-        punct = re.search(r"[^\w\s\"')\]*_]+\Z", end)
+        punct = regex.search(r"[^\w\s\"')\]*_]+\Z", end)
         if punct and punct.group() != ".":
             mark = punct.group()
-            feats.append(Feature("closep", mark, mark, re.escape(mark) + r"[\s\"')\]*_]*\Z"))
+            feats.append(Feature("closep", mark, mark, regex.escape(mark) + r"[\s\"')\]*_]*\Z"))
     if words:
         last = words[-1]
-        feats.append(Feature("closeword", last, last, rf"(?i){WORD_START}{re.escape(last)}\W*\Z"))
+        feats.append(Feature("closeword", last, last, rf"(?i){WORD_START}{regex.escape(last)}\W*\Z"))
     return {f"{f.kind}:{f.key}": f for f in feats}
 
 
@@ -102,18 +114,18 @@ def length_feature(words: int) -> Feature:
     return Feature("length", f">{words}", str(words), rf"\A\s*(?:\S+\s+){{{words}}}\S")
 
 
-_LENGTH_REGEX = re.compile(r"\\A\\s\*\(\?:\\S\+\\s\+\)\{(\d+)\}\\S")
+_LENGTH_REGEX = regex.compile(r"\\A\\s\*\(\?:\\S\+\\s\+\)\{(\d+)\}\\S")
 
 
-def length_limit(regex: str | None) -> int | None:
-    """L if `regex` is a length pattern made by `length_feature(L)`, else None."""
-    m = _LENGTH_REGEX.fullmatch(regex or "")
+def length_limit(pattern: str | None) -> int | None:
+    """L if `pattern` is a length pattern made by `length_feature(L)`, else None."""
+    m = _LENGTH_REGEX.fullmatch(pattern or "")
     return int(m.group(1)) if m else None
 
 
 def word_count(text: str) -> int:
     """Whitespace-separated tokens, as the length regex counts them."""
-    return len(text.split())
+    return len(TOKEN.findall(text))
 
 
 def fisher_p(a: int, n_pos: int, b: int, n_neg: int) -> float:
@@ -152,20 +164,30 @@ class _Effect:
         return sum(d * n for d, n in diffs) / sum(n for _, n in diffs) / self.spread
 
 
-def _compiled(penalties: list[Penalty]) -> list[tuple[Penalty, re.Pattern[str]]]:
-    """The penalties that have a regex that compiles, with it."""
+Spans = dict[str, list[tuple[int, int]]]
+"""Where a penalty's regex matches each sample of a view: sample id -> (start, end) of each match."""
+
+
+def penalty_matches(penalties: list[Penalty], samples: list[ViewSample],
+                    result: ProposalResult) -> list[tuple[Penalty, Spans]]:
+    """The penalties with a usable regex, with its matches in `samples`. A pattern past its time
+    budget (saferegex) is left out and counted in `result.regex_timeouts`; a bad one is left out."""
     out = []
     for pen in penalties:
-        if pen.regex:
-            try:
-                out.append((pen, re.compile(pen.regex)))
-            except re.error:
-                continue
+        if not pen.regex:
+            continue
+        try:
+            spans = SafeRegex(pen.regex).spans_all([s.text for s in samples])
+        except UnsafeRegex:
+            continue
+        except RegexTimeout:
+            result.regex_timeouts += 1
+            continue
+        out.append((pen, {s.id: sp for s, sp in zip(samples, spans)}))
     return out
 
 
-def _overlap(a: re.Pattern[str], b: re.Pattern[str], text: str) -> bool:
-    spans = [m.span() for m in b.finditer(text)]
+def _overlap(a: regex.Pattern[str], spans: list[tuple[int, int]], text: str) -> bool:
     return any(s < e2 and s2 < e for s, e in (m.span() for m in a.finditer(text)) for s2, e2 in spans)
 
 
@@ -233,7 +255,8 @@ class LexicalProposer:
                 _, f, samples, passed = max(lengths, key=lambda t: t[0])
                 having[f.key], shown[f.key], feature[f.key] = samples, Counter({f.shown: 1}), f
                 scored.append((passed[0], f.key, *passed[1:]))
-        revival = self._revival(view, pos, neg, effect)
+        active = penalty_matches(view.active, view.samples, result)
+        revival = self._revival(view, pos, neg, effect, active, penalty_matches(view.retired, view.samples, result))
         if revival is not None:
             result.candidates += 1
             return revival
@@ -242,10 +265,10 @@ class LexicalProposer:
         for rank, (key, k, p, q) in enumerate(scored):
             f = feature[k]
             f = Feature(f.kind, f.key, shown[k].most_common(1)[0][0], f.regex)
-            if self._covered(f, having[k], view):
+            if self._covered(f, having[k], active):
                 result.reject("covered")
                 continue
-            if self._explained(f, having[k], view):
+            if self._explained(f, having[k], view, active):
                 result.reject("explained")
                 continue
             if not self._rising(f, view):
@@ -273,17 +296,17 @@ class LexicalProposer:
             return (round(p - q, 9), round(lr, 9), groups, -_KIND_RANK[kind]), p, q
         return None
 
-    def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample],
-                 effect: "_Effect") -> Candidate | None:
+    def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample], effect: "_Effect",
+                 active: list[tuple[Penalty, Spans]], retired: list[tuple[Penalty, Spans]]) -> Candidate | None:
         """A retired regex penalty whose pattern is back among the positives, as a candidate."""
-        for pen, rx in _compiled(view.retired):
-            evidence = self._weak_evidence(pos, neg, effect, lambda s: rx.search(s.text) is not None)
+        for pen, spans in retired:
+            evidence = self._weak_evidence(pos, neg, effect, lambda s, spans=spans: bool(spans[s.id]))
             if evidence is None:
                 continue
             samples, p, q, groups = evidence
             kind = "length" if length_limit(pen.regex) is not None else "ngram1"
             f = Feature(kind, pen.id, pen.title, pen.regex)
-            if self._covered(f, samples, view):
+            if self._covered(f, samples, active):
                 continue
             c = self._candidate(f, samples, p, q, len(pos), len(neg), groups)
             c.title, c.revives = pen.title, pen.id
@@ -306,17 +329,18 @@ class LexicalProposer:
             return None
         return samples, p, q, groups
 
-    def _explained(self, f: Feature, samples: list[ViewSample], view: ProposerView) -> bool:
+    def _explained(self, f: Feature, samples: list[ViewSample], view: ProposerView,
+                   active: list[tuple[Penalty, Spans]]) -> bool:
         """Whether an active penalty that travels with the pattern explains it away (module docstring)."""
         if self.cfg.explain_lift <= 0:
             return False
-        own = re.compile(f.regex)
-        for _, rx in _compiled(view.active):
-            share = sum(rx.search(s.text) is not None for s in samples) / len(samples)
-            base = sum(rx.search(s.text) is not None for s in view.samples) / len(view.samples)
+        own = regex.compile(f.regex)
+        for _, spans in active:
+            share = sum(bool(spans[s.id]) for s in samples) / len(samples)
+            base = sum(bool(spans[s.id]) for s in view.samples) / len(view.samples)
             if share < max(self.cfg.coverage, self.cfg.explain_lift * base):
                 continue
-            rest = ProposerView(view.step, [s for s in view.samples if rx.search(s.text) is None])
+            rest = ProposerView(view.step, [s for s in view.samples if not spans[s.id]])
             if self._weak_evidence(rest.positives(), rest.negatives(), _Effect(rest),
                                    lambda s: own.search(s.text) is not None) is None:
                 return True
@@ -326,20 +350,20 @@ class LexicalProposer:
         """Whether the pattern is more prevalent now than in the view's reference (module docstring)."""
         if self.cfg.drift_p_value is None or not view.reference:
             return True
-        rx = re.compile(f.regex)
+        rx = regex.compile(f.regex)
         now = sum(rx.search(s.text) is not None for s in view.samples)
         then = sum(rx.search(s.text) is not None for s in view.reference)
         return fisher_p(now, len(view.samples), then, len(view.reference)) <= self.cfg.drift_p_value
 
-    def _covered(self, f: Feature, samples: list[ViewSample], view: ProposerView) -> bool:
+    def _covered(self, f: Feature, samples: list[ViewSample], active: list[tuple[Penalty, Spans]]) -> bool:
         """Whether an active regex penalty already matches this pattern where it occurs."""
-        own = re.compile(f.regex)
-        for pen, rx in _compiled(view.active):
+        own = regex.compile(f.regex)
+        for pen, spans in active:
             if (f.kind == "length") != (length_limit(pen.regex) is not None):
                 continue  # length and wording do not cover each other
             if f.kind == "length" or pen.regex == f.regex:
                 return True
-            hit = sum(_overlap(own, rx, s.text) for s in samples)
+            hit = sum(_overlap(own, spans[s.id], s.text) for s in samples)
             if hit >= self.cfg.coverage * len(samples):
                 return True
         return False

@@ -43,6 +43,11 @@ def fence(label: str, text: str, nonce: str) -> str:
     return f"<{label}-{nonce}>\n{text}\n</{label}-{nonce}>"
 
 
-def penalty_list(penalties: Sequence["Penalty"]) -> str:
-    """Penalties as prompt lines `- p003: Title. Description`, or `(none)`."""
-    return "\n".join(f"- {p.id}: {p.title}. {p.description}" for p in penalties) or "(none)"
+def penalty_list(penalties: Sequence["Penalty"], *, regex: bool = False) -> str:
+    """Penalties as prompt lines `- p003: Title. Description`, or `(none)`; with `regex`, each
+    line ends with ` [regex: <pattern>]` or ` [no regex]`."""
+    def line(p: "Penalty") -> str:
+        shown = "" if not regex else f" [regex: {p.regex}]" if p.regex else " [no regex]"
+        return f"- {p.id}: {p.title}. {p.description}{shown}"
+
+    return "\n".join(line(p) for p in penalties) or "(none)"

@@ -44,6 +44,10 @@ class RewardTerm(abc.ABC):
         """Learn from the scored batch (rewards and advantages set). Work that takes time runs in
         `task_group`: training never waits for it (Dynalize's proposer)."""
 
+    async def finish(self) -> None:  # noqa: B027 - optional hook
+        """The run's last step, before its metrics and checkpoint: land or cancel background work
+        (`observe`'s), so nothing is lost uncounted."""
+
     def metrics(self) -> dict[str, float]:
         """This step's metrics (counters since the last call), read once per step."""
         return {}

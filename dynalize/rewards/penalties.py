@@ -1,10 +1,14 @@
 """Dynalize's term: `−λ · violations` of the live penalties, and the background proposals that
 keep the penalty buffer up to date.
 
-`score` applies a finished proposal (so a new penalty counts from the next batch on), judges
-every policy reply against all active penalties in one pass, and retires penalties that nothing
-triggered. `observe` keeps the view of the scored batch and, every `every` steps, starts a
-proposal in the background: training never waits for it, and only one runs at a time. The
+`score` applies the oldest accepted proposal not yet applied (so a new penalty counts from the
+next batch on; accepted proposals queue, one enters per step), judges every policy reply against
+all active penalties in one pass, and retires penalties that nothing triggered, or whose regex
+the judge set aside (`unusable_regex`). `observe` keeps the view of the scored batch and, every
+`every` steps, starts a proposal in the background: training never waits for it, only one runs
+at a time, and it sees the queued proposals as active penalties. `finish` (the run's end) waits
+for one in flight, up to `finish_timeout`; a cancelled or checkpointed one is proposed again on
+resume. The
 proposer reads the last `view_steps` batches (pooled), each sample with its reward before
 penalties and that reward's advantage sign, plus a sample of the run's first batch as a
 reference for what the untrained policy wrote.
@@ -58,7 +62,11 @@ class PenaltyTerm(RewardTerm):
         self.recent: deque[ProposerView] = deque(maxlen=cfg.view_steps)  # views of the latest batches
         self.reference: list[ViewSample] = []  # the view of the run's first batch
         self.in_flight = False
-        self.pending: ProposalResult | None = None
+        self.pending: list[ProposalResult] = []  # accepted, not applied yet: oldest first
+        self._running: ProposerView | None = None  # the view of the proposal in flight
+        self._restart: ProposerView | None = None  # a view whose proposal never finished (checkpoint, cancel)
+        self._done: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
         self.totals: dict[str, float] = {}
         self._step: dict[str, float] = {}
 
@@ -94,6 +102,10 @@ class PenaltyTerm(RewardTerm):
                 triggers[pid] += hit
                 judged[pid] += pid in ok
         retired = self.buffer.end_step(batch.step, triggers, len(rollouts), judged)
+        for p in self.buffer.active():
+            if p.regex in self.judge.unusable_regexes:
+                self.buffer.retire(p.id, batch.step, reason="unusable_regex", why=self.judge.unusable_regexes[p.regex])
+                retired.append(p.id)
         n = len(rollouts)
         self._count("penalties/retires", len(retired))
         self._step["penalties/frac_violating"] = sum(k > 0 for k in violations) / n if n else 0.0
@@ -113,24 +125,45 @@ class PenaltyTerm(RewardTerm):
         if not self.reference:
             self.reference = latest.samples
         self.recent.append(latest)
-        if batch.step % self.cfg.every:
+        if batch.step % self.cfg.every and self._restart is None:
             return
         if self.in_flight:
             self._count("proposer/skipped_in_flight")
             log.info("proposer.skipped", step=batch.step, reason="previous proposal still running")
             return
-        view = pool_views(list(self.recent), step=batch.step, active=self.buffer.active(),
-                          retired=self.buffer.retired(), domain=self.domain, reference=self.reference)
-        self.in_flight = True
+        active, retired = self.buffer.preview([r.accepted for r in self.pending if r.accepted])
+        if self._restart is not None:  # a proposal that never finished (checkpoint, cancel): again, first
+            views, step = [self._restart], self._restart.step
+            self._restart = None
+            self._count("proposer/restarted")
+        else:
+            views, step = list(self.recent), batch.step
+        view = pool_views(views, step=step, active=active, retired=retired, domain=self.domain,
+                          reference=self.reference)
+        self.in_flight, self._running = True, view
+        self._done, self._scope = anyio.Event(), anyio.CancelScope()  # finish() may cancel it before it starts
         self._count("proposer/started")
         task_group.start_soon(self._propose, view)
+
+    async def finish(self) -> None:
+        """The run ends: wait up to `finish_timeout` seconds for a proposal in flight (its result
+        is queued, so the last checkpoint keeps it); past that, cancel it (counted) and keep its
+        view, so a resumed run proposes it again."""
+        if not self.in_flight or self._done is None:
+            return
+        with anyio.move_on_after(self.cfg.finish_timeout):
+            await self._done.wait()
+        if self.in_flight and self._scope is not None:
+            self._scope.cancel()
+            await self._done.wait()
 
     def metrics(self) -> dict[str, float]:
         """This step's metrics (counters since the last call), then reset."""
         out = {"penalties/active": float(len(self.buffer)), "penalties/adds": 0.0,
                "penalties/revives": 0.0, "penalties/retires": 0.0,
-               "proposer/in_flight": float(self.in_flight), "proposer/accepted": 0.0,
-               "proposer/failed": 0.0, "buffer/version": float(self.buffer.version)}
+               "proposer/in_flight": float(self.in_flight), "proposer/pending": float(len(self.pending)),
+               "proposer/accepted": 0.0, "proposer/failed": 0.0, "proposer/cancelled": 0.0,
+               "buffer/version": float(self.buffer.version)}
         out.update(self.judge.stats.metrics())
         out.update(self._step)
         self.judge.stats.reset()
@@ -138,58 +171,77 @@ class PenaltyTerm(RewardTerm):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """Buffer, running totals, the kept views and a finished-but-unapplied proposal (one in
-        flight is lost)."""
-        pending = self.pending.accepted.to_dict() if self.pending and self.pending.accepted else None
+        """Buffer, running totals, the kept views, the accepted proposals not applied yet, and the
+        view of a proposal in flight (a resumed run proposes it again)."""
+        unfinished = self._running or self._restart
         return {"buffer": self.buffer.to_json(), "totals": dict(self.totals),
-                "pending": pending, "pending_step": self.pending.step if self.pending else None,
-                "recent": [{"step": v.step, "samples": [asdict(s) for s in v.samples]} for v in self.recent],
+                "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
+                "in_flight": _view_state(unfinished) if unfinished else None,
+                "recent": [_view_state(v) for v in self.recent],
                 "reference": [asdict(s) for s in self.reference]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_json(state["buffer"])
         self.totals = dict(state.get("totals", {}))
         self.recent.clear()
-        self.recent.extend(ProposerView(v["step"], [ViewSample(**s) for s in v["samples"]])
-                           for v in state.get("recent", []))
+        self.recent.extend(_view_from_state(v) for v in state.get("recent", []))
         self.reference = [ViewSample(**s) for s in state.get("reference", [])]
-        self.pending = None
-        if state.get("pending"):
-            self.pending = ProposalResult(step=state["pending_step"],
-                                          accepted=Candidate.from_dict(copy.deepcopy(state["pending"])))
+        pending = state.get("pending") or []
+        if isinstance(pending, dict):  # older checkpoints: one candidate, its step apart
+            pending = [{"step": state.get("pending_step", 0), "candidate": pending}]
+        self.pending = [ProposalResult(step=int(d["step"]), accepted=Candidate.from_dict(copy.deepcopy(d["candidate"])))
+                        for d in pending]
+        self._restart = _view_from_state(state["in_flight"]) if state.get("in_flight") else None
 
     # --- internals ------------------------------------------------------------------------------
 
     async def _propose(self, view: ProposerView) -> None:
         t0 = time.perf_counter()
+        assert self._done is not None and self._scope is not None
+        done, scope, result = self._done, self._scope, None
         try:
-            result = await self.proposer.propose(view)
-        except Exception as e:  # noqa: BLE001 - proposers should not raise; if one does, count it
-            result = ProposalResult(step=view.step, error=f"{type(e).__name__}: {e}",
-                                    latency=time.perf_counter() - t0)
+            with scope:
+                try:
+                    result = await self.proposer.propose(view)
+                except Exception as e:  # noqa: BLE001 - proposers should not raise; if one does, count it
+                    result = ProposalResult(step=view.step, error=f"{type(e).__name__}: {e}",
+                                            latency=time.perf_counter() - t0)
         finally:
-            self.in_flight = False
+            self.in_flight, self._running, self._scope = False, None, None
+            if result is None:  # cancelled: keep the view, a resumed run proposes it again
+                self._restart = view
+            done.set()
+        if result is None:
+            self._count("proposer/cancelled")
+            log.warning("proposer.cancelled", step=view.step, after_s=round(time.perf_counter() - t0, 3))
+            return
         self._step["proposer/latency"] = result.latency
         self._count("proposer/candidates", result.candidates)
+        self._count("proposer/regex_timeouts", result.regex_timeouts)
         for reason, n in result.rejected.items():
             self._count(f"proposer/rejected/{reason}", n)
         if not result.ok:
             self._count("proposer/failed")
-            log.warning("proposer.failed", step=view.step, error=result.error)
+            self._count(f"proposer/failed/{result.failed_at or 'propose'}")
+            log.warning("proposer.failed", step=view.step, stage=result.failed_at, error=result.error)
         elif result.accepted is not None:
             self._count("proposer/accepted")
-            self.pending = result
-            log.info("proposer.accepted", step=view.step, title=result.accepted.title)
+            self.pending.append(result)
+            log.info("proposer.accepted", step=view.step, title=result.accepted.title, queued=len(self.pending))
 
     def _apply_pending(self, step: int) -> None:
-        if self.pending is None or self.pending.accepted is None:
-            return
-        result, self.pending = self.pending, None
-        try:
-            p = self.buffer.add(result.accepted, step, proposed_at=result.step)
-        except PenaltyBufferError as e:
-            self._count("proposer/apply_refused")
-            log.warning("proposer.apply_refused", step=step, error=str(e))
+        """Apply the oldest accepted proposal the buffer takes (one per step); refusals are counted."""
+        while self.pending:
+            result = self.pending.pop(0)
+            assert result.accepted is not None
+            try:
+                p = self.buffer.add(result.accepted, step, proposed_at=result.step)
+            except PenaltyBufferError as e:
+                self._count("proposer/apply_refused")
+                log.warning("proposer.apply_refused", step=step, error=str(e))
+                continue
+            break
+        else:
             return
         event = p.history[-1]["event"]
         self._count("penalties/adds" if event == "add" else "penalties/revives")
@@ -198,3 +250,11 @@ class PenaltyTerm(RewardTerm):
     def _count(self, key: str, n: float = 1) -> None:
         self._step[key] = self._step.get(key, 0.0) + n
         self.totals[key] = self.totals.get(key, 0.0) + n
+
+
+def _view_state(v: ProposerView) -> dict[str, Any]:
+    return {"step": v.step, "samples": [asdict(s) for s in v.samples]}
+
+
+def _view_from_state(d: dict[str, Any]) -> ProposerView:
+    return ProposerView(d["step"], [ViewSample(**s) for s in d["samples"]])
