@@ -53,6 +53,8 @@ def penalty_history(run: Run) -> PenaltyHistory:
             intervals[pid] = [(step, None)]
         elif kind == "revive" and pid in intervals:
             penalties[pid].active = True
+            if "regex" in e:  # a revival may carry the proposing candidate's regex
+                penalties[pid].regex = e["regex"]
             intervals[pid].append((step, None))
         elif kind == "retire" and pid in intervals and intervals[pid][-1][1] is None:
             penalties[pid].active = False
