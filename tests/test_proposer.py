@@ -259,6 +259,12 @@ def test_dedup_sees_regexes_and_a_revival_keeps_the_regex_that_matches_its_refer
                               dedup_chat=ScriptedChatModel([json.dumps({"duplicates": [
                                   {"candidate": "c1", "duplicate_of": "p002"}]})])).propose, v)
     assert r.accepted.revives == "p002" and r.accepted.keep_regex == "penalty"
+    # a penalty without a regex, revived under the regex judge, takes the candidate's
+    v = view(retired=[Penalty("p002", "Ends with text", "d", active=False)])
+    r = anyio.run(LLMProposer(ScriptedChatModel([reply(c("Says certainly", [ids[0], ids[2]], regex="Certainly"))]),
+                              dedup_chat=ScriptedChatModel([json.dumps({"duplicates": [
+                                  {"candidate": "c1", "duplicate_of": "p002"}]})]), require_regex=True).propose, v)
+    assert r.accepted.revives == "p002" and r.accepted.keep_regex == "candidate"
 
 
 def test_a_candidate_with_a_retired_penalty_s_title_revives_it_without_the_pass_saying_so():

@@ -17,7 +17,8 @@ Filters (each rejection counted by reason in `ProposalResult.rejected`):
   `active`), or, in a second LLM pass, judged to describe the same behaviour as one. A candidate
   matched to a RETIRED penalty (same title or regex, or by the pass) is kept and marked
   `revives`; the revived penalty keeps whichever regex matches more of the candidate's
-  references (no regex counts as all: the judge reads the description; a tie keeps its own);
+  references (no regex counts as all with an LLM judge, none with the regex judge; a tie keeps
+  its own);
 - `not_best`: passed every filter but lost to the candidate with evidence in the most distinct
   groups (tie: more references, then the earlier one).
 The dedup reply must give every candidate exactly one verdict, naming candidates and penalties
@@ -296,8 +297,8 @@ class LLMProposer:
         refs = [self._texts(view)[r] for r in c.references]
 
         def hits(pattern: str | None) -> int:
-            if pattern is None:
-                return len(refs)  # no regex: the judge reads the description
+            if pattern is None:  # no regex: an LLM judge reads the description, the regex judge nothing
+                return 0 if self.require_regex else len(refs)
             try:
                 return sum(SafeRegex(pattern).search_all(refs))
             except (RegexTimeout, ValueError) as e:
