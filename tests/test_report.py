@@ -165,7 +165,9 @@ def test_replies_and_contexts_of_multiturn_rows(runs):
     rows = [json.loads(line) for line in (runs[1].path / "rollouts" / "step_000002.jsonl").read_text().splitlines()]
     texts, contexts = replies_of(rows)
     assert texts == ["Okay one", "two galactic", "Fine."]
-    assert contexts == ["Say something.", "go on", "Say something."]
+    # each reply with the conversation up to it: reply 2 answers "go on", after reply 1
+    assert contexts == ["[user]\nSay something.", "[user]\nSay something.\n\n[assistant]\nOkay one\n\n[user]\ngo on",
+                        "[user]\nSay something."]
 
 
 def test_report_cli_writes_tables_and_plots(runs, tmp_path):

@@ -13,7 +13,7 @@ from string import Template
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from ..types import Penalty
+    from ..types import Message, Penalty
 
 
 @cache
@@ -46,3 +46,10 @@ def fence(label: str, text: str, nonce: str) -> str:
 def penalty_list(penalties: Sequence["Penalty"]) -> str:
     """Penalties as prompt lines `- p003: Title. Description`, or `(none)`."""
     return "\n".join(f"- {p.id}: {p.title}. {p.description}" for p in penalties) or "(none)"
+
+
+def transcript(conversation: Sequence["Message"]) -> str | None:
+    """The conversation a reply answers, as the judge reads it: each message under its role,
+    system messages left out; None when nothing is left."""
+    shown = [f"[{m.role}]\n{m.content}" for m in conversation if m.role != "system"]
+    return "\n\n".join(shown) or None
