@@ -136,3 +136,25 @@ def test_turns_of_a_conversation_do_not_share_their_random_stream():
     again = anyio.run(sample_groups, gen, gen.tokenizer, task, task.prompts("train"), 2,
                       SamplingParams(max_new_tokens=6, seed=11))
     assert [r.completion_ids for g in again for r in g] == [r.completion_ids for r in rollouts]  # still exact
+
+
+def test_a_models_generation_config_does_not_reshape_sampling(tmp_path):
+    """A shipped generation_config.json (here a strong repetition penalty, top-k and no repeated
+    bigrams) must not change what is sampled: the generator reports logprobs of softmax(logits / T),
+    so it must sample from exactly that."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    plain = tiny.resolve("tiny:policy")
+    shipped = tmp_path / "policy"
+    shutil.copytree(plain, shipped)
+    eos = GenerationConfig.from_pretrained(plain).eos_token_id
+    GenerationConfig(repetition_penalty=1.3, top_k=20, top_p=0.8, temperature=0.7, no_repeat_ngram_size=2,
+                     do_sample=True, eos_token_id=eos).save_pretrained(shipped)
+    prompts = [[5, 6, 7, 8], [40, 41], [100, 7, 300, 12, 9]] * 3
+    sampling = SamplingParams(max_new_tokens=24, seed=4)
+    a = anyio.run(HFGenerator(plain).generate, prompts, sampling)
+    b = anyio.run(HFGenerator(str(shipped)).generate, prompts, sampling)
+    assert [c.token_ids for c in b] == [c.token_ids for c in a]
+    assert [c.logprobs for c in b] == [c.logprobs for c in a]
