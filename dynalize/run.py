@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         from .build import check_config
 
         check_config(cfg)
-        from accelerate import PartialState
+        from .backends.accelerate import process_state
 
-        if not PartialState().is_main_process:
+        if not process_state().is_main_process:
             follow(cfg)
             return 0
         history = anyio.run(train, cfg, bool(args.resume))
