@@ -340,7 +340,9 @@ def test_shipped_multiturn_config_runs_on_a_qwen3_style_template(tmp_path, qwen3
                  "reward_model.path=tiny:rm", f"task.args.train_file={REPO / 'examples/data/counseling_sample.jsonl'}",
                  "task.args.user_simulator.engine=scripted",
                  "task.args.user_simulator.path=dynalize.tasks.counseling:offline_patient"])
-    assert code == 0, capsys.readouterr().err[-2000:]
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    assert f"config={REPO / 'configs' / 'counseling_multiturn.yaml'}" in err  # the run names its base config
     metrics = read_jsonl(tmp_path / "mt" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2] and "eval/rm" in metrics[-1]
     for line in read_jsonl(tmp_path / "mt" / "rollouts" / "step_000002.jsonl"):

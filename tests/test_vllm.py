@@ -327,3 +327,19 @@ def test_turns_of_a_conversation_do_not_share_their_random_stream_on_vllm(genera
         first = r.completion_ids[:cut]
         second = [r.completion_ids[i] for i in policy if i > cut]
         assert len(r.replies) == 2 and first != second
+
+
+def test_vllm_is_a_chat_engine_of_chat_configs(policy_dir):
+    """`engine: vllm` in a judge / proposer / simulated-user config builds a VLLMChatModel."""
+    from dynalize.backends.vllm_chat import VLLMChatModel
+    from dynalize.build import build_chat_model
+    from dynalize.penalties.config import JudgeConfig
+    from dynalize.types import Message
+
+    cfg = JudgeConfig(engine="llm", chat={"engine": "vllm", "path": "tiny:policy", "max_tokens": 24})
+    chat = build_chat_model(cfg.chat)
+    try:
+        assert isinstance(chat, VLLMChatModel) and chat.default_sampling == {"temperature": 0.0, "max_tokens": 24}
+        assert isinstance(anyio.run(chat.chat, [Message("user", "Hello.")]), str)
+    finally:
+        anyio.run(chat.close)
