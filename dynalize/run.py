@@ -94,7 +94,7 @@ def describe_base(args: argparse.Namespace) -> str:
 
 
 def follow(cfg: RunConfig) -> None:
-    """Ranks > 0 under `accelerate launch`: hold a shard of the learner and follow rank 0."""
+    """Ranks > 0 (`accelerate launch`, `torchrun`): hold a shard of the learner and follow rank 0."""
     from .backends.accelerate import AccelerateLearner
     from .build import model_dir
 
