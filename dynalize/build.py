@@ -79,9 +79,13 @@ def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatM
     if c.engine == "vllm":
         if not c.path:
             raise ConfigError("chat model config: the vllm engine needs path (a model directory or tiny:<name>)")
+        from transformers import AutoConfig
+
         from .backends.vllm_chat import VLLMChatModel
 
-        return VLLMChatModel(model_dir(c.path), default_sampling=sampling)
+        directory = model_dir(c.path)
+        longest = getattr(AutoConfig.from_pretrained(directory), "max_position_embeddings", None) or 4096
+        return VLLMChatModel(directory, default_sampling=sampling, max_model_len=min(4096, longest))
     if not c.path:
         raise ConfigError("chat model config: the scripted engine needs path='module:attr' (replies or a function)")
     return LimitedChatModel(ScriptedChatModel(import_object(c.path, "scripted chat engine: path")), c.max_concurrency)

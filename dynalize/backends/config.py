@@ -19,7 +19,7 @@ class ChatModelConfig(BaseModel):
     engine: str = "openai"
     """`openai` (any OpenAI-compatible endpoint), `hf` (local transformers model), `vllm` (local model on
     an in-process vLLM engine of its own: JSON-schema constrained answers, gpu_memory_utilization 0.3,
-    max_model_len 4096; see docs/vllm.md), `scripted` (canned)."""
+    max_model_len 4096 or the model's own limit if shorter; see docs/vllm.md), `scripted` (canned)."""
     model: str | None = None
     """openai: the model name sent with each request."""
     base_url: str | None = None
