@@ -76,6 +76,16 @@ def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatM
         from .backends.hf_chat import HFChatModel
 
         return HFChatModel(model_dir(c.path), default_sampling=sampling)
+    if c.engine == "vllm":
+        if not c.path:
+            raise ConfigError("chat model config: the vllm engine needs path (a model directory or tiny:<name>)")
+        from transformers import AutoConfig
+
+        from .backends.vllm_chat import VLLMChatModel
+
+        directory = model_dir(c.path)
+        longest = getattr(AutoConfig.from_pretrained(directory), "max_position_embeddings", None) or 4096
+        return VLLMChatModel(directory, default_sampling=sampling, max_model_len=min(4096, longest))
     if not c.path:
         raise ConfigError("chat model config: the scripted engine needs path='module:attr' (replies or a function)")
     return LimitedChatModel(ScriptedChatModel(import_object(c.path, "scripted chat engine: path")), c.max_concurrency)
@@ -179,6 +189,9 @@ def build_parts(cfg: RunConfig) -> Parts:
     if n_train < cfg.prompts_per_step:
         raise ConfigError(f"config error: task {cfg.task.name!r} has {n_train} training prompts, fewer than "
                           f"one batch ({cfg.prompts_per_step} = batch_size / group_size)")
+    if cfg.eval_every and not task.prompts("eval"):
+        raise ConfigError(f"config error: eval_every is {cfg.eval_every} but task {cfg.task.name!r} has no held-out "
+                          f"prompts to evaluate on (set eval_every: 0, or give the task held-out prompts)")
     terms = build_reward_terms(cfg, task)
     policy = model_dir(cfg.policy.path)
     learner = AccelerateLearner(policy, cfg.trainer, temperature=cfg.generator.temperature, dtype=cfg.policy.dtype)

@@ -4,18 +4,21 @@ Single-turn: one policy reply. Multi-turn (`task.max_turns > 1`): policy replies
 simulated-user messages (`task.user_reply`) until the user ends the conversation or the turn
 limit is reached. The learner trains on exactly the token ids the generator saw and produced:
 generated ids are kept as they are, and only the text *between* replies (end of the reply's
-message, the user's message, the next generation prompt) is tokenised, so the loss mask
-(1 on policy tokens, 0 on everything else) can never shift.
+message, the user's message, the next generation prompt, as the chat template renders them after
+the reply in the whole conversation) is tokenised, so the loss mask (1 on policy tokens, 0 on
+everything else) can never shift, and templates that render the last assistant turn unlike the
+earlier ones (Qwen3's) work. Each turn samples with its own seed, derived from the batch's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 
 from .backends.base import Completion, Generator, SamplingParams
+from .schedule import derived_seed
 from .tasks.base import Task
 from .types import Message, Prompt, Rollout
 
@@ -37,20 +40,32 @@ def prompt_token_ids(tokenizer: Any, messages: list[Message]) -> list[int]:
 _REPLY = "\ue000reply\ue000"  # stands for the reply while rendering the template around it
 
 
-def between_turns_ids(tokenizer: Any, conversation: list[Message], user: str, stopped: bool) -> list[int]:
+def between_turns_ids(tokenizer: Any, conversation: list[Message], user: str, stop_text: str | None) -> list[int]:
     """Tokens from the end of a generated reply to the start of the next one: what the chat
-    template puts after the reply (minus the end-of-turn token if the generator produced it),
-    the user's message, and the next assistant generation prompt."""
-    reply = Message("assistant", _REPLY)
-    with_reply = render(tokenizer, [*conversation, reply], generation_prompt=False)
-    with_user = render(tokenizer, [*conversation, reply, Message("user", user)], generation_prompt=True)
-    if not with_user.startswith(with_reply):
-        raise ValueError("the chat template is not prefix-stable; multi-turn rollouts need one that is")
-    closing = with_reply[with_reply.rindex(_REPLY) + len(_REPLY):]
-    eos = tokenizer.eos_token or ""
-    if stopped and closing.startswith(eos):
-        closing = closing[len(eos):]
-    return encode(tokenizer, closing + with_user[len(with_reply):])
+    template puts after the reply once the user answers it (the end of the reply's message, the
+    user's message, the next assistant generation prompt), cut from the rendering of the whole
+    conversation. Templates that render the last assistant turn differently from earlier ones
+    (Qwen3's empty <think></think> block) work: nothing before the reply is re-rendered, the
+    generated tokens stay as they were. `stop_text` is the text of the token the reply stopped
+    on; the template's closing does not repeat it."""
+    full = render(tokenizer, [*conversation, Message("assistant", _REPLY), Message("user", user)],
+                  generation_prompt=True)
+    if full.count(_REPLY) != 1:
+        raise ValueError("the chat template does not render an assistant message's content verbatim, once; "
+                         "multi-turn rollouts need one that does")
+    closing = full[full.index(_REPLY) + len(_REPLY):]
+    if stop_text and closing.startswith(stop_text):
+        closing = closing[len(stop_text):]
+    return encode(tokenizer, closing)
+
+
+def turn_sampling(sampling: SamplingParams, turn: int) -> SamplingParams:
+    """The sampling of a rollout's `turn`-th policy reply: turn 0 keeps the batch's seed, later
+    turns get their own, derived from it, so the turns of a conversation do not draw the same
+    random numbers (and a run, or its resume, still samples exactly the same)."""
+    if turn == 0 or sampling.seed is None:
+        return sampling
+    return replace(sampling, seed=derived_seed(sampling.seed, "turn", turn))
 
 
 @dataclass
@@ -117,18 +132,21 @@ async def sample_groups(
         active = [e for e in episodes if not e.done]
         if not active:
             break
-        completions = await generator.generate([e.prompt_ids + e.completion_ids for e in active], sampling)
+        completions = await generator.generate([e.prompt_ids + e.completion_ids for e in active],
+                                               turn_sampling(sampling, turn))
         for e, c in zip(active, completions):
             e.add_reply(task, c)
         if turn + 1 < task.max_turns:
-            await _user_turns(task, tokenizer, active, [c.finish_reason == "stop" for c in completions])
+            stops = [tokenizer.decode(c.token_ids[-1:]) if c.finish_reason == "stop" else None for c in completions]
+            await _user_turns(task, tokenizer, active, stops)
     return [[e.to_rollout(version) for e in episodes if e.group == g] for g in range(len(prompts))]
 
 
-async def _user_turns(task: Task, tokenizer: Any, episodes: list[_Episode], stopped: list[bool]) -> None:
-    """Ask the simulated user for each conversation's next message, concurrently."""
+async def _user_turns(task: Task, tokenizer: Any, episodes: list[_Episode], stops: list[str | None]) -> None:
+    """Ask the simulated user for each conversation's next message, concurrently. `stops[i]`: the
+    text of the token episode i's last reply stopped on (None: it ran out of tokens)."""
 
-    async def one(e: _Episode, stop: bool) -> None:
+    async def one(e: _Episode, stop: str | None) -> None:
         user = await task.user_reply(e.conversation)
         if user is None:
             e.done = True
@@ -136,5 +154,5 @@ async def _user_turns(task: Task, tokenizer: Any, episodes: list[_Episode], stop
         e.add_user(between_turns_ids(tokenizer, e.conversation[:-1], user, stop), user)
 
     async with anyio.create_task_group() as tg:
-        for e, stop in zip(episodes, stopped):
+        for e, stop in zip(episodes, stops):
             tg.start_soon(one, e, stop)

@@ -1,7 +1,9 @@
 """`python -m dynalize.run [--config X.yaml] [--resume RUN_DIR] [key=value ...]`
 
-Reads the config, builds the parts, runs the loop, prints a summary. With no arguments it runs
-the built-in default experiment (the sandbox task with Dynalize on, a few minutes on a CPU).
+Reads the config, builds the parts, runs the loop, prints a summary. The settings start from
+`--config`'s file, or from the run's saved config with `--resume`, or else from the defaults in
+dynalize/config.py; dotted overrides apply on top. With no arguments at all it runs the built-in
+demo, dynalize/assets/default.yaml (the sandbox task with Dynalize on, a few minutes on a CPU).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def set_torch_threads(threads: int = 0) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.run", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="YAML experiment file (default: the built-in sandbox demo)")
+    ap.add_argument("--config", help="YAML experiment file (default: dynalize/config.py's defaults; with no "
+                                     "arguments at all, the built-in sandbox demo)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5 steps=40")
@@ -69,11 +72,29 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         cfg = load_config(saved, args.overrides)
         cfg.output_dir, cfg.name = str(Path(args.resume).parent), Path(args.resume).name
         return cfg
-    return load_config(args.config or DEFAULT_CONFIG, args.overrides)
+    return load_config(base_config(args), args.overrides)
+
+
+def base_config(args: argparse.Namespace) -> Path | None:
+    """Where a new run's settings start: `--config`, the built-in demo when there are no arguments
+    at all, else no file (dynalize/config.py's defaults)."""
+    if args.config:
+        return Path(args.config)
+    return None if args.overrides else DEFAULT_CONFIG
+
+
+def describe_base(args: argparse.Namespace) -> str:
+    """The settings' starting point, for the run's first log line."""
+    if args.resume:
+        return str(Path(args.resume) / "config.yaml")
+    base = base_config(args)
+    if base is None:
+        return "dynalize/config.py defaults"
+    return "the built-in demo (dynalize/assets/default.yaml)" if base == DEFAULT_CONFIG else str(base)
 
 
 def follow(cfg: RunConfig) -> None:
-    """Ranks > 0 under `accelerate launch`: hold a shard of the learner and follow rank 0."""
+    """Ranks > 0 (`accelerate launch`, `torchrun`): hold a shard of the learner and follow rank 0."""
     from .backends.accelerate import AccelerateLearner
     from .build import model_dir
 
@@ -82,7 +103,7 @@ def follow(cfg: RunConfig) -> None:
                       dtype=cfg.policy.dtype).serve()
 
 
-async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
+async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig") -> list[dict[str, Any]]:
     from .build import build_parts
     from .loop import Orchestrator
 
@@ -99,7 +120,7 @@ async def train(cfg: RunConfig, resume: bool) -> list[dict[str, Any]]:
         parts.run.truncate(orchestrator.next_step)
         log.info("resuming", run=str(run_dir), step=orchestrator.next_step)
     dump_config(cfg, run_dir / "config.yaml")
-    log.info("run", name=cfg.name, dir=str(run_dir), task=cfg.task.name, steps=cfg.steps,
+    log.info("run", name=cfg.name, dir=str(run_dir), config=base, task=cfg.task.name, steps=cfg.steps,
              terms=[t.name for t in parts.terms])
     try:
         return await orchestrator.run()
@@ -135,12 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         from .build import check_config
 
         check_config(cfg)
-        from accelerate import PartialState
+        from .backends.accelerate import process_state
 
-        if not PartialState().is_main_process:
+        if not process_state().is_main_process:
             follow(cfg)
             return 0
-        history = anyio.run(train, cfg, bool(args.resume))
+        history = anyio.run(train, cfg, bool(args.resume), describe_base(args))
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

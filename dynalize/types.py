@@ -38,6 +38,17 @@ class Prompt:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def exchanges(messages: list[Message], turns: list[Message]) -> list[tuple[list[Message], str]]:
+    """Each assistant message of `turns` with the conversation before it (`messages`, then the
+    earlier turns): what RM and judge read for each policy reply."""
+    out, conversation = [], list(messages)
+    for m in turns:
+        if m.role == "assistant":
+            out.append((list(conversation), m.content))
+        conversation.append(m)
+    return out
+
+
 @dataclass
 class Rollout:
     """One sampled episode, with everything the trainer and the analysis need.
@@ -78,12 +89,7 @@ class Rollout:
 
     def exchanges(self) -> list[tuple[list[Message], str]]:
         """Each policy reply with the conversation up to it: what the reply answers."""
-        out, conversation = [], list(self.messages)
-        for m in self.turns:
-            if m.role == "assistant":
-                out.append((list(conversation), m.content))
-            conversation.append(m)
-        return out
+        return exchanges(self.messages, self.turns)
 
     def record(self, step: int) -> dict[str, Any]:
         """The JSON-ready line written to rollouts/step_NNNNNN.jsonl."""

@@ -16,3 +16,23 @@ def toy_overrides(tmp_path):
         "generator.max_new_tokens=24", "trainer.lr=1e-3", "trainer.micro_batch_size=8",
         "task.name=toytask:ToyTask", "reward_model.engine=task", "checkpoint_every=0",
     ]
+
+
+QWEN3_STYLE_TEMPLATE = (Path(__file__).parent / "fixtures" / "qwen3_style_chat_template.jinja").read_text()
+"""A chat template in the style of Qwen3's: not prefix-stable (see the file's comment)."""
+
+
+@pytest.fixture(scope="session")
+def qwen3_style_policy(tmp_path_factory):
+    """The tiny policy with a Qwen3-style chat template: a model directory."""
+    import shutil
+
+    from dynalize import tiny
+    from dynalize.backends.hf import load_tokenizer
+
+    out = tmp_path_factory.mktemp("qwen3-style") / "policy"
+    shutil.copytree(tiny.resolve("tiny:policy"), out)
+    tok = load_tokenizer(str(out))
+    tok.chat_template = QWEN3_STYLE_TEMPLATE
+    tok.save_pretrained(str(out))
+    return str(out)

@@ -165,7 +165,9 @@ def test_build_chat_model_engines(monkeypatch):
 
 
 @pytest.mark.parametrize("cfg, message", [
-    ({"engine": "claude"}, "chat model config: engine: unknown chat engine 'claude'; known: openai, hf, scripted"),
+    ({"engine": "claude"}, "chat model config: engine: unknown chat engine 'claude'; known: openai, hf, vllm, "
+                           "scripted"),
+    ({"engine": "vllm"}, "chat model config: the vllm engine needs path"),
     ({"engine": "openai", "model": "m"}, "chat model config: the openai engine needs both base_url and model"),
     ({"engine": "hf"}, "chat model config: the hf engine needs path"),
     ({"engine": "scripted", "path": "no_colon"}, "path must be 'module:attr'"),

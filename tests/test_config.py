@@ -25,6 +25,22 @@ def test_defaults_follow_the_method():
     assert cfg.trainer.loss.std_normalize is False
 
 
+def test_overrides_alone_start_from_the_defaults_and_no_arguments_run_the_demo(tmp_path):
+    from dynalize.run import DEFAULT_CONFIG, describe_base, parse_args, resolve_config
+
+    bare = parse_args(["steps=3", "trainer.lr=1e-5"])
+    assert resolve_config(bare) == load_config(None, ["steps=3", "trainer.lr=1e-5"])
+    assert not resolve_config(bare).penalties.enabled  # config.py's defaults: the RM-only baseline
+    assert describe_base(bare) == "dynalize/config.py defaults"
+    demo = resolve_config(parse_args([]))
+    assert demo == load_config(DEFAULT_CONFIG) and demo.penalties.enabled
+    assert describe_base(parse_args([])) == "the built-in demo (dynalize/assets/default.yaml)"
+    path = tmp_path / "x.yaml"
+    path.write_text("steps: 7\n")
+    assert resolve_config(parse_args(["--config", str(path), "seed=2"])).steps == 7
+    assert describe_base(parse_args(["--config", str(path)])) == str(path)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

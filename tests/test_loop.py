@@ -7,6 +7,7 @@ import sys
 import anyio
 import pytest
 
+from dynalize.analysis.runs import Metric, Run
 from dynalize.config import load_config
 from dynalize.schedule import PromptOrder, split_stale
 from dynalize.run import main, train
@@ -57,17 +58,25 @@ def test_three_step_run_writes_metrics_rollouts_and_checkpoint(toy_overrides, tm
 
 @pytest.mark.slow
 def test_resume_continues_exactly(toy_overrides, tmp_path):
-    straight = load_config(None, toy_overrides + ["name=straight", "steps=4"])
+    evals = ["eval_every=3", "eval_samples=2"]
+    straight = load_config(None, toy_overrides + evals + ["name=straight", "steps=4"])
     anyio.run(train, straight, False)
-    first = load_config(None, toy_overrides + ["name=split", "steps=2"])
+    first = load_config(None, toy_overrides + evals + ["name=split", "steps=2"])
     anyio.run(train, first, False)
-    assert main(["--resume", str(tmp_path / "split"), "steps=4"]) == 0
+    assert main(["--resume", str(tmp_path / "split"), "steps=4"]) == 0  # extended from 2 steps to 4
     a = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
     b = read_jsonl(tmp_path / "split" / "metrics.jsonl")
     assert [m["step"] for m in b] == [0, 1, 2, 3]
     for x, y in zip(a, b):
         for key in ("loss", "reward/mean", "rm/std", "grad_norm", "gen_len/mean", "policy_version"):
             assert x[key] == y[key], (x["step"], key)
+    # the evaluation made at the old last step (version 2) stays on disk; reports leave it out, so
+    # they read the evaluations of a run started with steps=4, with the same values
+    assert [e["version"] for e in read_jsonl(tmp_path / "split" / "eval" / "task.jsonl")] == [0, 2, 3, 4]
+    metric = Metric("eval/task", "vowels")
+    extended, started = Run(tmp_path / "split"), Run(tmp_path / "straight")
+    assert extended.series(metric) == started.series(metric) and [s for s, _ in started.series(metric)] == [0, 3, 4]
+    assert extended.off_schedule(metric) == [2]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """PenaltyTerm: rewards and verdicts, retirement, background proposals, metrics, checkpoints."""
 
 import json
+import re
 import time
 
 import anyio
@@ -21,7 +22,7 @@ def rollout(group, replies, rm, prompt="Write something."):
     replies = [replies] if isinstance(replies, str) else replies
     return Rollout(prompt_id=f"q{group}", group=group, prompt_ids=[1], completion_ids=[2], logprobs=[0.0],
                    loss_mask=[1], replies=replies, policy_version=0, messages=[Message("user", prompt)],
-                   info={"preset_rm": rm})
+                   turns=[Message("assistant", r) for r in replies], info={"preset_rm": rm})
 
 
 class PresetRM(RewardTerm):
@@ -112,6 +113,30 @@ def test_multi_turn_counts_distinct_penalties_over_replies():
     assert r.reward == pytest.approx(2.0)
     assert other.info["violations"] == 0 and other.reward == 1.0
     assert "Write something." in chat.calls[0][1].content  # the prompt goes along as context
+
+
+def test_judge_reads_each_multi_turn_reply_with_the_conversation_up_to_it():
+    seen = {}
+
+    def answer(msgs):
+        def fenced(label):
+            return re.search(rf"<{label}-(\w+)>\n(.*)\n</{label}-\1>", msgs[1].content, re.S).group(2)
+
+        seen[fenced("reply")] = fenced("context")
+        return json.dumps({"p001": False})
+
+    buf = PenaltyBuffer()
+    buf.add(Candidate("Flatters", "Praises the question.", []), step=0)
+    eng = term(FakeProposer(), Judge(ScriptedChatModel(answer)), buf)
+    r = rollout(0, ["First reply.", "Second reply."], rm=1.0, prompt="Opening message.")
+    r.turns = [Message("assistant", "First reply."), Message("user", "The user's follow-up."),
+               Message("assistant", "Second reply.")]
+    anyio.run(score, eng, Batch(0, [[r, rollout(0, "Other.", rm=0.0)]]))
+    # reply 2 answers the simulated user's message, after the policy's first reply
+    assert "The user's follow-up." in seen["Second reply."] and "First reply." in seen["Second reply."]
+    assert seen["First reply."] == "[user]\nOpening message."
+    assert seen["Second reply."] == ("[user]\nOpening message.\n\n[assistant]\nFirst reply.\n\n"
+                                     "[user]\nThe user's follow-up.")
 
 
 def test_proposal_lands_at_first_score_after_it_finishes():

@@ -96,6 +96,23 @@ def test_table1_by_hand(runs):
     assert any("End averages different checkpoints" in n for n in t.notes)
 
 
+def test_held_out_evaluations_off_the_schedule_of_an_extended_run_are_left_out(tmp_path):
+    run = tmp_path / "extended"  # 30 steps with eval_every 20, then resumed with steps=60
+    (run / "config.yaml").parent.mkdir(parents=True)
+    (run / "config.yaml").write_text("steps: 60\neval_every: 20\n")
+    write_jsonl(run / "eval" / "task.jsonl", [{"version": v, "gold": g} for v, g in
+                                              ((0, 0.1), (20, 0.5), (30, 0.9), (40, 0.3), (60, 0.2))])
+    gold = {19: 0.5, 29: 0.9, 39: 0.3}  # metrics.jsonl: the evaluation after step s (version s + 1)
+    write_jsonl(run / "metrics.jsonl", [{"step": s, "rm/mean": 1.0, **({"eval/gold": gold[s]} if s in gold else {})}
+                                        for s in range(60)])
+    t = table1([Run(run)], Metric("eval/task", "gold"), window=(30, 60))
+    [row] = t.rows
+    assert (row.peak, row.peak_step, row.end, row.end_steps) == (0.5, 20, pytest.approx(0.25), [40, 60])
+    assert any("left out eval/task:gold at step(s) 30" in n for n in t.notes)
+    assert Run(run).series(Metric("metrics", "eval/gold")) == [(19, 0.5), (39, 0.3)]
+    assert Run(run).off_schedule(Metric("metrics", "rm/mean")) == []
+
+
 def test_baseline_and_window_options(runs):
     t = table1(runs[:2], parse_metric("eqbench"), window=(100, 150), baseline=1)
     assert t.baseline == "dyn"
@@ -165,7 +182,9 @@ def test_replies_and_contexts_of_multiturn_rows(runs):
     rows = [json.loads(line) for line in (runs[1].path / "rollouts" / "step_000002.jsonl").read_text().splitlines()]
     texts, contexts = replies_of(rows)
     assert texts == ["Okay one", "two galactic", "Fine."]
-    assert contexts == ["Say something.", "go on", "Say something."]
+    # each reply with the conversation up to it: reply 2 answers "go on", after reply 1
+    assert contexts == ["[user]\nSay something.", "[user]\nSay something.\n\n[assistant]\nOkay one\n\n[user]\ngo on",
+                        "[user]\nSay something."]
 
 
 def test_report_cli_writes_tables_and_plots(runs, tmp_path):

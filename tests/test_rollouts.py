@@ -2,12 +2,13 @@
 
 import anyio
 import pytest
+import torch
 
 from dynalize.backends.base import SamplingParams
-from dynalize.backends.hf import HFGenerator
+from dynalize.backends.hf import HFGenerator, load_tokenizer
 from dynalize import tiny
 from dynalize.rewards.rm import rm_inputs
-from dynalize.rollouts import prompt_token_ids, sample_groups
+from dynalize.rollouts import between_turns_ids, prompt_token_ids, sample_groups
 from dynalize.tasks.base import Task, TaskArgs
 from dynalize.types import Message, Prompt
 
@@ -82,3 +83,78 @@ def test_single_turn_prompt_ids_follow_the_template(generator):
     tok = generator.tokenizer
     ids = prompt_token_ids(tok, [Message("user", "Write about the sea.")])
     assert tok.decode(ids) == "<|im_start|>user\nWrite about the sea.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_between_turn_ids_follow_a_template_that_is_not_prefix_stable(qwen3_style_policy):
+    tok = load_tokenizer(qwen3_style_policy)
+    conversation = [Message("system", "Be kind."), Message("user", "Hello")]
+    # the template renders the last assistant turn with an empty think block, earlier ones without
+    alone = tok.apply_chat_template([*map(Message.to_dict, conversation), {"role": "assistant", "content": "R"}],
+                                    tokenize=False)
+    assert alone.endswith("<think>\n\n</think>\n\nR<|im_end|>\n")
+    ids = between_turns_ids(tok, conversation, "And then?", "<|im_end|>")
+    assert tok.decode(ids) == "\n<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n"
+    truncated = between_turns_ids(tok, conversation, "And then?", None)  # the reply ran out of tokens
+    assert tok.decode(truncated) == "<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_multi_turn_rollout_on_a_qwen3_style_template(generator, qwen3_style_policy):
+    tok = load_tokenizer(qwen3_style_policy)
+    task = ChatTask(TaskArgs())
+    [[r, _]] = anyio.run(sample_groups, generator, tok, task, task.prompts("train")[:1], 2,
+                         SamplingParams(max_new_tokens=8, seed=5))
+    assert len(r.replies) == 3
+    spans = _turn_spans(r.loss_mask)
+    for (_, end), (start, _), user in zip(spans, spans[1:], ["user turn 1", "user turn 2"]):
+        between = tok.decode(r.completion_ids[end:start])
+        assert between.endswith(f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+
+
+class ContextBlindTask(ChatTask):
+    """Two turns, the user never ends the conversation early."""
+
+    max_turns = 2
+
+    async def user_reply(self, conversation):
+        return "go on"
+
+
+def test_turns_of_a_conversation_do_not_share_their_random_stream():
+    """With all weights zero the policy's next-token distribution is uniform whatever the context,
+    so a reply is nothing but its random numbers: turns drawing the same numbers would be equal."""
+    gen = HFGenerator(tiny.resolve("tiny:policy"))
+    anyio.run(gen.update_weights, {k: torch.zeros_like(v) for k, v in gen.model.state_dict().items()}, 1)
+    task = ContextBlindTask(TaskArgs())
+    groups = anyio.run(sample_groups, gen, gen.tokenizer, task, task.prompts("train"), 2,
+                       SamplingParams(max_new_tokens=6, seed=11))
+    rollouts = [r for g in groups for r in g]
+    assert all(len(r.replies) == 2 for r in rollouts)
+    spans = [_turn_spans(r.loss_mask) for r in rollouts]
+    turn_ids = [[r.completion_ids[a:b] for a, b in s] for r, s in zip(rollouts, spans)]
+    assert all(first != second for first, second in turn_ids)
+    assert len({tuple(t[0]) for t in turn_ids}) == len(rollouts)  # and the requests of a turn differ
+    again = anyio.run(sample_groups, gen, gen.tokenizer, task, task.prompts("train"), 2,
+                      SamplingParams(max_new_tokens=6, seed=11))
+    assert [r.completion_ids for g in again for r in g] == [r.completion_ids for r in rollouts]  # still exact
+
+
+def test_a_models_generation_config_does_not_reshape_sampling(tmp_path):
+    """A shipped generation_config.json (here a strong repetition penalty, top-k and no repeated
+    bigrams) must not change what is sampled: the generator reports logprobs of softmax(logits / T),
+    so it must sample from exactly that."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    plain = tiny.resolve("tiny:policy")
+    shipped = tmp_path / "policy"
+    shutil.copytree(plain, shipped)
+    eos = GenerationConfig.from_pretrained(plain).eos_token_id
+    GenerationConfig(repetition_penalty=1.3, top_k=20, top_p=0.8, temperature=0.7, no_repeat_ngram_size=2,
+                     do_sample=True, eos_token_id=eos).save_pretrained(shipped)
+    prompts = [[5, 6, 7, 8], [40, 41], [100, 7, 300, 12, 9]] * 3
+    sampling = SamplingParams(max_new_tokens=24, seed=4)
+    a = anyio.run(HFGenerator(plain).generate, prompts, sampling)
+    b = anyio.run(HFGenerator(str(shipped)).generate, prompts, sampling)
+    assert [c.token_ids for c in b] == [c.token_ids for c in a]
+    assert [c.logprobs for c in b] == [c.logprobs for c in a]

@@ -190,6 +190,23 @@ def test_run_exits_2_with_fewer_prompts_than_a_batch(tmp_path, capsys, no_models
                    "(4 = batch_size / group_size)"]
 
 
+def test_run_exits_2_when_a_one_prompt_file_cannot_be_split(tmp_path, capsys, no_models):
+    data = write(tmp_path / "one", [ROWS[0]], "jsonl")
+    code, err = _run(tmp_path, capsys, "creative_writing", data, "group_size=8")
+    assert code == 2
+    assert err == [f"error: data error: {data} has 1 prompt: eval_fraction 0.05 cannot hold one out for evaluation "
+                   f"and keep one for training (give an eval_file, or set eval_fraction: 0)"]
+
+
+def test_run_exits_2_when_it_should_evaluate_without_held_out_prompts(tmp_path, capsys, no_models):
+    data = write(tmp_path / "cw", ROWS, "jsonl")
+    code, err = _run(tmp_path, capsys, "creative_writing", data, "batch_size=4", "task.args.eval_fraction=0",
+                     "eval_every=5")
+    assert code == 2
+    assert err == ["error: config error: eval_every is 5 but task 'creative_writing' has no held-out prompts to "
+                   "evaluate on (set eval_every: 0, or give the task held-out prompts)"]
+
+
 def test_run_exits_2_on_a_missing_data_file(tmp_path, capsys, no_models):
     code, err = _run(tmp_path, capsys, "counseling_multiturn", tmp_path / "none.jsonl")
     assert code == 2 and err == [f"error: data error: no such data file: {tmp_path / 'none.jsonl'}"]

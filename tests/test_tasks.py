@@ -325,3 +325,28 @@ def test_two_step_multiturn_run(tmp_path):
         assert x["rm_score"] == pytest.approx(statistics.fmean(x["rm_scores"]))
         assert x["reward"] == pytest.approx(x["rm_score"] - 0.5 * x["violations"])
     assert "penalties/active" in history[-1]
+
+
+@pytest.mark.slow
+def test_shipped_multiturn_config_runs_on_a_qwen3_style_template(tmp_path, qwen3_style_policy, capsys):
+    """configs/counseling_multiturn.yaml as shipped, with only its placeholders swapped for local
+    stand-ins: a tiny policy whose chat template is Qwen3-style, the tiny RM, the sample data and
+    the scripted patient; small batches and replies so that it runs on a CPU."""
+    from dynalize.run import main
+
+    code = main(["--config", str(REPO / "configs" / "counseling_multiturn.yaml"),
+                 f"output_dir={tmp_path}", "name=mt", "progress=false", "steps=3", "batch_size=8", "group_size=4",
+                 f"policy.path={qwen3_style_policy}", "policy.dtype=float32", "generator.max_new_tokens=8",
+                 "reward_model.path=tiny:rm", f"task.args.train_file={REPO / 'examples/data/counseling_sample.jsonl'}",
+                 "task.args.user_simulator.engine=scripted",
+                 "task.args.user_simulator.path=dynalize.tasks.counseling:offline_patient"])
+    err = capsys.readouterr().err
+    assert code == 0, err[-2000:]
+    assert f"config={REPO / 'configs' / 'counseling_multiturn.yaml'}" in err  # the run names its base config
+    metrics = read_jsonl(tmp_path / "mt" / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2] and "eval/rm" in metrics[-1]
+    for line in read_jsonl(tmp_path / "mt" / "rollouts" / "step_000002.jsonl"):
+        # the offline patient answers three times: four policy replies, each scored, each judged
+        assert [t["role"] for t in line["turns"]] == ["assistant", "user"] * 3 + ["assistant"]
+        assert len(line["rm_scores"]) == 4 and "verdicts" in line
+        assert line["policy_tokens"] < line["completion_tokens"]  # the patient's turns are not trained on

@@ -124,9 +124,25 @@ def policy_dir() -> str:
     return tiny.resolve("tiny:policy")
 
 
+@pytest.fixture(scope="module")
+def shipped_policy_dir(policy_dir, tmp_path_factory) -> str:
+    """The tiny policy with a generation_config.json that would reshape sampling if applied
+    (a strong repetition penalty, as Qwen2.5-Instruct ships a mild one; top-k; a temperature)."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    out = tmp_path_factory.mktemp("shipped") / "policy"
+    shutil.copytree(policy_dir, out)
+    GenerationConfig(repetition_penalty=1.3, presence_penalty=0.5, top_k=20, temperature=0.7, do_sample=True,
+                     eos_token_id=GenerationConfig.from_pretrained(policy_dir).eos_token_id).save_pretrained(out)
+    return str(out)
+
+
 @pytest.fixture(scope="module", autouse=True)
-def server(policy_dir, tmp_path_factory):
-    srv = _Server(policy_dir, tmp_path_factory.mktemp("vllm_server") / "server.log")
+def server(shipped_policy_dir, tmp_path_factory):
+    # the server's model ships sampling defaults: requests must override every one of them
+    srv = _Server(shipped_policy_dir, tmp_path_factory.mktemp("vllm_server") / "server.log")
     yield srv
     srv.stop()
 
@@ -262,3 +278,68 @@ def test_remote_generator_against_vllm_server(server, policy_dir, tmp_path):
     assert gen.version == 3 and versions == ["3", "3"]
     assert [c.token_ids for c in first[:4]] != [c.token_ids for c in first[4:]]  # a seed per request
     assert any(c.finish_reason == "stop" and c.token_ids[-1] == gen.eos_ids[0] for c in second)
+
+
+def test_a_models_generation_config_does_not_reshape_vllm_sampling(policy_dir, shipped_policy_dir):
+    from dynalize.backends.base import SamplingParams
+    from dynalize.backends.vllm import VLLMGenerator
+
+    sampling = SamplingParams(max_new_tokens=24, seed=4)
+    outs = []
+    for directory in (policy_dir, shipped_policy_dir):
+        gen = VLLMGenerator(directory, max_model_len=512)
+        try:
+            outs.append(anyio.run(gen.generate, PROMPTS * 2, sampling))
+        finally:
+            anyio.run(gen.close)
+    plain, shipped = outs
+    assert [c.token_ids for c in shipped] == [c.token_ids for c in plain]
+    assert _max_logprob_gap(_hf_model(policy_dir), PROMPTS * 2, shipped, 1.0) < TOL
+
+
+class _TwoTurns:
+    """A task of two policy turns; the user always answers the same."""
+
+    max_turns = 2
+
+    def split_reasoning(self, reply):
+        return "", reply
+
+    async def user_reply(self, conversation):
+        return "go on"
+
+
+def test_turns_of_a_conversation_do_not_share_their_random_stream_on_vllm(generator):
+    """All weights zero: a uniform next-token distribution whatever the context, so a reply is
+    nothing but its random numbers, and two turns drawing the same numbers would be equal."""
+    from dynalize.backends.base import SamplingParams
+    from dynalize.rollouts import sample_groups
+    from dynalize.types import Message, Prompt
+
+    model = _hf_model(generator.engine.directory)
+    anyio.run(generator.update_weights, {k: torch.zeros_like(v) for k, v in model.state_dict().items()}, 9)
+    prompts = [Prompt(f"p{i}", [Message("user", f"Hello {i}")]) for i in range(2)]
+    groups = anyio.run(sample_groups, generator, generator.tokenizer, _TwoTurns(), prompts, 2,
+                       SamplingParams(max_new_tokens=6, seed=11))
+    for r in (r for g in groups for r in g):
+        policy = [i for i, m in enumerate(r.loss_mask) if m]
+        cut = next(i for i, m in enumerate(r.loss_mask) if i > policy[0] and not m)
+        first = r.completion_ids[:cut]
+        second = [r.completion_ids[i] for i in policy if i > cut]
+        assert len(r.replies) == 2 and first != second
+
+
+def test_vllm_is_a_chat_engine_of_chat_configs(policy_dir):
+    """`engine: vllm` in a judge / proposer / simulated-user config builds a VLLMChatModel."""
+    from dynalize.backends.vllm_chat import VLLMChatModel
+    from dynalize.build import build_chat_model
+    from dynalize.penalties.config import JudgeConfig
+    from dynalize.types import Message
+
+    cfg = JudgeConfig(engine="llm", chat={"engine": "vllm", "path": "tiny:policy", "max_tokens": 24})
+    chat = build_chat_model(cfg.chat)
+    try:
+        assert isinstance(chat, VLLMChatModel) and chat.default_sampling == {"temperature": 0.0, "max_tokens": 24}
+        assert isinstance(anyio.run(chat.chat, [Message("user", "Hello.")]), str)
+    finally:
+        anyio.run(chat.close)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..penalties.judge import Judge
+from ..penalties.prompting import transcript
 from ..runlog import read_jsonl
-from ..types import Penalty
+from ..types import Penalty, as_messages, exchanges
 from .runs import ReportError, Run
 
 
@@ -37,23 +38,17 @@ class AuditResult:
 
 
 def replies_of(rows: list[dict[str, Any]]) -> tuple[list[str], list[str | None]]:
-    """Every policy reply of the rollout lines, with the user message it answers as context."""
+    """Every policy reply of the rollout lines, with the conversation up to it as context (as the
+    judge saw it in training)."""
     texts: list[str] = []
     contexts: list[str | None] = []
     for row in rows:
-        last_user = next((m.get("content") for m in reversed(row.get("prompt") or []) if m.get("role") == "user"),
-                         None)
-        if row.get("turns"):
-            for m in row["turns"]:
-                if m.get("role") == "user":
-                    last_user = m.get("content")
-                elif m.get("role") == "assistant":
-                    texts.append(m.get("content", ""))
-                    contexts.append(last_user)
-        else:
-            for reply in row.get("replies") or []:
-                texts.append(reply)
-                contexts.append(last_user)
+        prompt = as_messages(row.get("prompt") or [])
+        turns = as_messages(row.get("turns") or [{"role": "assistant", "content": r}
+                                                 for r in row.get("replies") or []])
+        for conversation, reply in exchanges(prompt, turns):
+            texts.append(reply)
+            contexts.append(transcript(conversation))
     return texts, contexts
 
 

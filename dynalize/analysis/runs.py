@@ -10,7 +10,10 @@ A *metric* names a column of one of a run's JSONL files:
     metrics:rm/mean          metrics.jsonl, column `rm/mean`
 
 Rows are indexed by `step` (or `version` in eval/task.jsonl); where a step appears twice (an
-evaluation redone) the last row wins. Missing and non-numeric values are skipped.
+evaluation redone) the last row wins. Missing and non-numeric values are skipped. Held-out
+evaluations off the run's own schedule (every `eval_every` steps and the last step, from its
+config.yaml) are left out of series: a run extended with `--resume RUN steps=N` keeps the one made
+at its old last step, which a run started with `steps=N` would not have made (`off_schedule`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ..runlog import read_jsonl
 
@@ -102,16 +107,42 @@ class Run:
             self._rows[source] = [by_step[s] for s in sorted(by_step)]
         return self._rows[source]
 
+    def config(self) -> dict[str, Any]:
+        """The run's config.yaml ({} without one)."""
+        path = self.path / "config.yaml"
+        return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+
+    def off_schedule(self, metric: Metric) -> list[int]:
+        """Steps of the metric's held-out evaluations (eval/task.jsonl by policy version, or eval/
+        columns of metrics.jsonl, made after step s: version s + 1) that the run's schedule, every
+        `eval_every` steps and the last step, does not make."""
+        if metric.source == "eval/task":
+            shift = 0
+        elif metric.source == "metrics" and metric.column.startswith("eval/"):
+            shift = 1
+        else:
+            return []
+        cfg = self.config()
+        every, steps = cfg.get("eval_every"), cfg.get("steps")
+        if not isinstance(every, int) or not isinstance(steps, int) or every <= 0:
+            return []
+        stamps = [r.get("step", r.get("version")) for r in self.rows(metric.source)
+                  if _number(column_value(r, metric.column)) is not None]
+        return [s for s in stamps if isinstance(s, int) and (s + shift) % every and s + shift != steps]
+
     def has(self, source: str) -> bool:
         return self.file(source).exists()
 
     def series(self, metric: Metric) -> list[tuple[int, float]]:
-        """(step, value) of every row that has a number in the metric's column."""
+        """(step, value) of every row that has a number in the metric's column, held-out
+        evaluations off the run's schedule left out (`off_schedule`)."""
+        skip = set(self.off_schedule(metric))
         out = []
         for r in self.rows(metric.source):
             v = _number(column_value(r, metric.column))
-            if v is not None:
-                out.append((int(r.get("step", r.get("version"))), v))
+            step = int(r.get("step", r.get("version")))
+            if v is not None and step not in skip:
+                out.append((step, v))
         return out
 
     def penalty_events(self) -> list[dict[str, Any]]:

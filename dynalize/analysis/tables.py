@@ -76,6 +76,9 @@ def table1(runs: list[Run], metric: Metric, window: tuple[int, int] = (150, 200)
             end=_mean([v for _, v in in_window]), end_steps=[s for s, _ in in_window],
             final=series[-1][1] if series else None, final_step=series[-1][0] if series else None,
             rm_end=_mean(rm), rm_n=len(rm)))
+        if skipped := run.off_schedule(metric):
+            notes.append(f"{run.name}: left out {metric.label} at step(s) {_steps_text(skipped)}: off its "
+                         f"evaluation schedule (made at an earlier last step, before the run was extended)")
         if not series:
             notes.append(f"{run.name}: no {metric.label} values ({run.file(metric.source)}): every column is n/a")
         elif not in_window:

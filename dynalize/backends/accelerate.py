@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -23,6 +23,13 @@ from .. import grpo
 from ..types import TrainSequence
 from .base import Learner
 from .hf import DTYPES
+
+
+def process_state() -> PartialState:
+    """This process's place among the training processes (`accelerate launch`, `torchrun`). Without
+    a GPU, Accelerate must be told that the processes are CPU ones, or under `torchrun` every process
+    takes itself for the only one (rank 0)."""
+    return PartialState(cpu=not torch.cuda.is_available())
 
 
 class AccelerateLearner(Learner):
@@ -167,6 +174,7 @@ class AccelerateLearner(Learner):
             "mean_ratio": ratio_sum / n,
             "mismatch/abs_logprob_diff": diff / n,
             "loss_tokens": n,
+            "processes": float(acc.num_processes),
         }
 
     def _state(self, _: Any = None) -> dict[str, Any]:

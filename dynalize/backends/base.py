@@ -21,13 +21,30 @@ class EngineError(RuntimeError):
 
 @dataclass
 class SamplingParams:
-    """How to sample. Logprobs are reported under `temperature` only (before top-p/min-p)."""
+    """How to sample: these settings and nothing else. Logprobs are reported under `temperature`
+    only (before top-p/min-p). A model's own sampling defaults (its generation_config.json:
+    repetition penalty, top-k, ...) are not applied: they would reshape the distribution sampled
+    from, and the reported logprobs, like the learner's, would no longer be of it."""
 
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
     min_p: float = 0.0
     seed: int | None = None
+
+
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+                 "repetition_penalty", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size",
+                 "bad_words_ids", "suppress_tokens", "begin_suppress_tokens", "sequence_bias", "min_length",
+                 "min_new_tokens", "exponential_decay_length_penalty", "forced_bos_token_id",
+                 "forced_eos_token_id", "renormalize_logits")
+"""generation_config.json keys that would shape the distribution sampled from (transformers' and vLLM's)."""
+
+
+def unapplied_generation_settings(shipped: dict[str, Any]) -> dict[str, Any]:
+    """The sampling settings a model's generation config (as a dict) sets that generators do not
+    apply (see SamplingParams), for a warning at start-up."""
+    return {k: shipped[k] for k in SAMPLING_KEYS if shipped.get(k) is not None}
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-CHAT_ENGINES = ("openai", "hf", "scripted")
+CHAT_ENGINES = ("openai", "hf", "vllm", "scripted")
 """The chat engines `build_chat_model` knows."""
 
 
@@ -17,7 +17,9 @@ class ChatModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
     engine: str = "openai"
-    """`openai` (any OpenAI-compatible endpoint), `hf` (local transformers model), `scripted` (canned)."""
+    """`openai` (any OpenAI-compatible endpoint), `hf` (local transformers model), `vllm` (local model on
+    an in-process vLLM engine of its own: JSON-schema constrained answers, gpu_memory_utilization 0.3,
+    max_model_len 4096 or the model's own limit if shorter; see docs/vllm.md), `scripted` (canned)."""
     model: str | None = None
     """openai: the model name sent with each request."""
     base_url: str | None = None
@@ -25,7 +27,7 @@ class ChatModelConfig(BaseModel):
     api_key_env: str | None = "OPENAI_API_KEY"
     """openai: NAME of the environment variable holding the API key (None = no key); never the key."""
     path: str | None = None
-    """hf: model directory or `tiny:<name>`. scripted: `module:attr`, a reply list or function."""
+    """hf, vllm: model directory or `tiny:<name>`. scripted: `module:attr`, a reply list or function."""
     timeout: float = Field(60.0, gt=0)
     """openai: seconds before a request is abandoned (and retried)."""
     max_retries: int = Field(5, ge=0)

@@ -9,11 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import structlog
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, GenerationConfig
 
 from ..types import Message
-from .base import Completion, Generator, RewardModel, RMInput, SamplingParams
+from .base import Completion, Generator, RewardModel, RMInput, SamplingParams, unapplied_generation_settings
+
+log = structlog.get_logger("dynalize.backends.hf")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,9 +37,9 @@ class HFGenerator(Generator):
         self.device = device or default_device()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(self.device).eval()
-        self.model.generation_config.pad_token_id = self.tokenizer.pad_token_id
         self.batch_size = batch_size
         self.eos_ids = self._stop_ids()
+        self._neutral_generation_config(path)
         self._lock = anyio.Lock()
         self.version = 0
 
@@ -45,6 +48,18 @@ class HFGenerator(Generator):
         gen_eos = self.model.generation_config.eos_token_id
         ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         return sorted(i for i in ids if i is not None)
+
+    def _neutral_generation_config(self, path: str) -> None:
+        """Replace the model's generation config by one that names tokens only. `generate` fills
+        every setting not passed in a call from it, so e.g. a shipped `repetition_penalty` would
+        reshape the distribution sampled from while the reported logprobs are softmax(logits / T)."""
+        shipped = self.model.generation_config
+        ignored = unapplied_generation_settings(shipped.to_dict())
+        if ignored:
+            log.warning("hf.generation_config_not_applied", path=path, settings=ignored,
+                        detail="sampling uses the run's temperature / top_p / min_p only")
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=shipped.bos_token_id, eos_token_id=self.eos_ids, pad_token_id=self.tokenizer.pad_token_id)
 
     async def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         async with self._lock:

@@ -151,6 +151,8 @@ class RemoteGenerator(Generator):
         body: dict[str, Any] = {
             "model": self.model, "prompt": list(prompt), "max_tokens": sampling.max_new_tokens,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "min_p": sampling.min_p, "top_k": 0,
+            # a key left out would take the model's generation_config.json value on the server
+            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
             "n": 1, "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True,
             "stop_token_ids": list(self.eos_ids), "skip_special_tokens": True,
         }

@@ -31,7 +31,7 @@ import anyio
 import structlog
 import torch
 
-from .base import Completion, EngineError, Generator, SamplingParams
+from .base import Completion, EngineError, Generator, SamplingParams, unapplied_generation_settings
 
 log = structlog.get_logger("dynalize.backends.vllm")
 
@@ -97,17 +97,22 @@ def derive_seeds(seed: int | None, n: int) -> list[int | None]:
     return [rng.getrandbits(62) for _ in range(n)]
 
 
+def shipped_generation_config(model_dir: str) -> dict[str, Any]:
+    """The model directory's generation_config.json as a dict ({} without one)."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model_dir).to_dict()
+    except OSError:  # no generation_config.json
+        return {}
+
+
 def eos_token_ids(tokenizer: Any, model_dir: str | None = None) -> list[int]:
     """The tokenizer's EOS plus the generation config's, as HFGenerator stops on."""
     ids = {tokenizer.eos_token_id}
     if model_dir is not None:
-        try:
-            from transformers import GenerationConfig
-
-            gen_eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
-            ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-        except OSError:  # no generation_config.json
-            pass
+        gen_eos = shipped_generation_config(model_dir).get("eos_token_id")
+        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
     return sorted(i for i in ids if i is not None)
 
 
@@ -159,6 +164,9 @@ class VLLMEngine:
         self.sleep_mode = enable_sleep_mode and self.sleep_supported
         if enforce_eager is None:
             enforce_eager = self.on_cpu  # CPU: torch.compile costs ~50 s at start-up and is slower here
+        # vLLM's default sampling settings stay its neutral ones, not the model's generation_config.json
+        # (which its server applies to requests that leave a key out); see SamplingParams.
+        engine_kwargs.setdefault("generation_config", "vllm")
         set_num_threads = torch.set_num_threads
         start = time.perf_counter()
         try:
@@ -299,6 +307,10 @@ class VLLMGenerator(Generator):
             **engine_kwargs)
         self.tokenizer = self.engine.tokenizer
         self.eos_ids = self.engine.eos_ids
+        ignored = unapplied_generation_settings(shipped_generation_config(self.engine.directory))
+        if ignored:
+            log.warning("vllm.generation_config_not_applied", path=self.engine.path, settings=ignored,
+                        detail="sampling uses the run's temperature / top_p / min_p only")
         self.version = 0
         self.last_sync_seconds: float | None = None
         """How long the latest `update_weights` took inside the engine."""
@@ -344,8 +356,9 @@ class VLLMGenerator(Generator):
     def _params(self, s: SamplingParams, seed: int | None):
         from vllm import SamplingParams as VLLMSamplingParams
 
-        return VLLMSamplingParams(
+        return VLLMSamplingParams(  # every key that shapes the distribution set: nothing else applies
             n=1, temperature=s.temperature, top_p=s.top_p, min_p=s.min_p, top_k=0, seed=seed,
+            repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
             max_tokens=s.max_new_tokens, logprobs=0, stop_token_ids=list(self.eos_ids), detokenize=False,
         )
 

@@ -81,7 +81,8 @@ class JudgeConfig(_Section):
     cache_size: int = Field(4096, ge=0)
     """llm: verdicts remembered by (text, context, buffer version)."""
     context: bool = True
-    """Show the judge the prompt's last user message along with each reply."""
+    """Show the judge, with each reply, the conversation up to that reply (system messages left
+    out): in multi-turn rollouts the simulated user's turns and the policy's earlier replies."""
 
     @model_validator(mode="after")
     def _llm_needs_chat(self) -> "JudgeConfig":

@@ -13,7 +13,7 @@ from string import Template
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from ..types import Penalty
+    from ..types import Message, Penalty
 
 
 @cache
@@ -51,3 +51,10 @@ def penalty_list(penalties: Sequence["Penalty"], *, regex: bool = False) -> str:
         return f"- {p.id}: {p.title}. {p.description}{shown}"
 
     return "\n".join(line(p) for p in penalties) or "(none)"
+
+
+def transcript(conversation: Sequence["Message"]) -> str | None:
+    """The conversation a reply answers, as the judge reads it: each message under its role,
+    system messages left out; None when nothing is left."""
+    shown = [f"[{m.role}]\n{m.content}" for m in conversation if m.role != "system"]
+    return "\n\n".join(shown) or None

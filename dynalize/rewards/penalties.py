@@ -30,17 +30,12 @@ from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
 from ..penalties.judge import Judge
+from ..penalties.prompting import transcript
 from ..penalties.views import ProposerView, ViewSample, build_view, pool_views
-from ..types import Batch, Rollout
+from ..types import Batch
 from .base import RewardTerm, TermScores
 
 log = structlog.get_logger("dynalize.rewards.penalties")
-
-
-def prompt_context(r: Rollout) -> str | None:
-    """What the judge sees as context: the last user message of the rollout's prompt, if any."""
-    users = [m.content for m in r.messages if m.role == "user"]
-    return users[-1] if users else None
 
 
 class PenaltyTerm(RewardTerm):
@@ -80,10 +75,9 @@ class PenaltyTerm(RewardTerm):
         texts, contexts, owner = [], [], []
         if active:
             for i, r in enumerate(rollouts):
-                ctx = prompt_context(r) if self.cfg.judge.context else None
-                for reply in r.replies or [r.text]:
+                for conversation, reply in r.exchanges():  # each reply with what it answers
                     texts.append(reply)
-                    contexts.append(ctx)
+                    contexts.append(transcript(conversation) if self.cfg.judge.context else None)
                     owner.append(i)
         judgements = await self.judge.assess(texts, active, self.buffer.version, contexts) if texts else []
         verdicts: list[dict[str, bool]] = [dict.fromkeys((p.id for p in active), False) for _ in rollouts]

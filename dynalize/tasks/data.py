@@ -179,8 +179,8 @@ def read_text_file(path: str | Path, what: str) -> str:
 
 
 def held_out(n: int, fraction: float, seed: int) -> set[int]:
-    """Indices of a seeded held-out fraction of `n` items: at least one when fraction > 0,
-    never all of them."""
+    """Indices of a seeded held-out fraction of `n` items: at least one when fraction > 0, never
+    all of them (so none of a single item; `load_splits` refuses that case)."""
     if fraction <= 0 or n == 0:
         return set()
     k = min(max(1, round(n * fraction)), n - 1)
@@ -197,7 +197,8 @@ class DataArgs(TaskArgs):
     eval_file: str | None = None
     """Held-out data in the same format; when unset, `eval_fraction` of train_file is held out."""
     eval_fraction: float = Field(0.05, ge=0, lt=1)
-    """Share of train_file's prompts held out for evaluation when there is no eval_file."""
+    """Share of train_file's prompts held out for evaluation when there is no eval_file: at least one
+    prompt, and at least one left for training (a one-prompt file is an error); 0 holds out none."""
     split_seed: int = 0
     """Seed of the held-out draw (independent of the run seed, so runs share a split)."""
     max_train_prompts: int | None = Field(None, gt=0)
@@ -210,6 +211,10 @@ def load_splits(args: DataArgs, load: Callable[[str], list[T]]) -> dict[str, lis
     if args.eval_file:
         train, evals = items, load(args.eval_file)
     else:
+        if args.eval_fraction > 0 and len(items) < 2:
+            raise DataError(f"data error: {args.train_file} has {len(items)} prompt: eval_fraction {args.eval_fraction} "
+                            f"cannot hold one out for evaluation and keep one for training (give an eval_file, "
+                            f"or set eval_fraction: 0)")
         held = held_out(len(items), args.eval_fraction, args.split_seed)
         train = [x for i, x in enumerate(items) if i not in held]
         evals = [x for i, x in enumerate(items) if i in held]
