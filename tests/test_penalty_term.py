@@ -269,6 +269,7 @@ def _propose_all(eng, steps):
                 batch = hacked_batch(step, n_groups=3)
                 for r in batch.rollouts:
                     r.replies = [f"{r.replies[0]} (step {step})"]
+                    r.turns = [Message("assistant", r.replies[0])]
                 eng.observe(batch, tg)
                 await anyio.sleep(0)
     anyio.run(go)
@@ -441,7 +442,8 @@ def test_a_penalty_whose_regex_stalls_is_retired_and_counted():
     buf.add(candidate(), step=1)
     eng = term(FakeProposer(), RegexJudge(), buf)
     batch = hacked_batch(2)
-    batch.groups[0][2].replies = ["a" * 60 + "!"]
+    slow = batch.groups[0][2]
+    slow.replies, slow.turns = ["a" * 60 + "!"], [Message("assistant", "a" * 60 + "!")]
     events = anyio.run(score, eng, batch)["penalties"]
     assert [p.id for p in buf.active()] == ["p002"]
     [retire] = [e for e in events if e["event"] == "retire"]
