@@ -8,7 +8,7 @@
 #
 # The shared environment is the one of `$PYTHON` (default: `python`, else `python3`, on PATH);
 # install dynalize there first (README). Idempotent: re-running re-points VENV at that environment
-# and installs only what the check finds missing. Afterwards, from the checkout:
+# and installs nothing once VENV passes the check. Afterwards, from the checkout:
 #   .venv-vllm/bin/python -m pytest -m vllm tests/test_vllm.py
 # (the engines and tests set VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1
 # VLLM_ENABLE_V1_MULTIPROCESSING=0 with setdefault).

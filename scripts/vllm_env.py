@@ -157,6 +157,7 @@ def vllm_problems(version: str) -> list[str]:
             return problems + [f"vllm does not import: {type(e).__name__}: {e}"]
         return problems + ["dynalize.backends.vllm.vllm_available() is False"]
     import vllm
+
     if vllm.__version__.split("+")[0] != version:
         problems.append(f"vllm {vllm.__version__} installed, {version} wanted")
     return problems
