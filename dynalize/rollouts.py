@@ -110,7 +110,7 @@ class _Episode:
             completion_ids=self.completion_ids, logprobs=self.logprobs, loss_mask=self.loss_mask,
             replies=self.replies, reasoning=self.reasoning if any(self.reasoning) else [],
             policy_version=version, truncated=self.truncated,
-            messages=list(self.prompt.messages), turns=self.turns,
+            messages=list(self.prompt.messages), meta=self.prompt.meta, turns=self.turns,
         )
 
 

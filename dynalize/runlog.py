@@ -91,7 +91,7 @@ def rollout_to_state(r: Rollout) -> dict[str, Any]:
         "prompt_id": r.prompt_id, "group": r.group, "prompt_ids": r.prompt_ids,
         "completion_ids": r.completion_ids, "logprobs": r.logprobs, "loss_mask": r.loss_mask,
         "replies": r.replies, "reasoning": r.reasoning, "policy_version": r.policy_version,
-        "truncated": r.truncated, "messages": [m.to_dict() for m in r.messages],
+        "truncated": r.truncated, "messages": [m.to_dict() for m in r.messages], "meta": r.meta,
         "turns": [m.to_dict() for m in r.turns],
     }
 

@@ -74,6 +74,8 @@ class Rollout:
     truncated: bool = False
     messages: list[Message] = field(default_factory=list)
     """The prompt's conversation."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """The prompt's `meta` (per-prompt data a task or reward term reads, e.g. an answer or a rubric)."""
     turns: list[Message] = field(default_factory=list)
     """Everything after the prompt: policy replies (reasoning stripped) and simulated-user turns."""
     reasoning: list[str] = field(default_factory=list)

@@ -140,3 +140,11 @@ def test_cli_error_has_no_traceback(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip() == f"error: config error: no such config file: {tmp_path / 'x.yaml'}"
+
+
+def test_a_rollout_keeps_its_prompts_meta_through_a_checkpoint():
+    from dynalize.runlog import rollout_from_state, rollout_to_state
+
+    r = Rollout("p", 0, [1], [2], [0.0], [1], ["x"], policy_version=3, meta={"rubric": [{"criterion": "a", "points": 2}]})
+    back = rollout_from_state(json.loads(json.dumps(rollout_to_state(r))))
+    assert back.meta == {"rubric": [{"criterion": "a", "points": 2}]} and back.policy_version == 3

@@ -158,3 +158,11 @@ def test_a_models_generation_config_does_not_reshape_sampling(tmp_path):
     b = anyio.run(HFGenerator(str(shipped)).generate, prompts, sampling)
     assert [c.token_ids for c in b] == [c.token_ids for c in a]
     assert [c.logprobs for c in b] == [c.logprobs for c in a]
+
+
+def test_rollouts_carry_their_prompts_meta(generator):
+    tok = generator.tokenizer
+    prompt = Prompt("m0", [Message("user", "Hi")], meta={"answer": 42})
+    [[a, b]] = anyio.run(sample_groups, generator, tok, ChatTask(TaskArgs()), [prompt], 2,
+                         SamplingParams(max_new_tokens=4, seed=1))
+    assert a.meta == b.meta == {"answer": 42}
