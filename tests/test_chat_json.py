@@ -11,6 +11,8 @@ import pytest
 
 from dynalize.backends.base import ChatModel, EngineError
 from dynalize.backends.chat import (
+    ECHO_CHARS,
+    REPAIR_MAX_CHARS,
     ChatJSONError,
     LimitedChatModel,
     ScriptedChatModel,
@@ -183,6 +185,56 @@ def test_build_chat_model_errors_are_one_line(cfg, message):
 def test_config_fields_are_documented():
     assert set(ChatModelConfig.model_fields) == {
         "engine", "model", "base_url", "api_key_env", "path", "timeout", "max_retries",
-        "max_concurrency", "temperature", "max_tokens"}
+        "max_concurrency", "temperature", "max_tokens", "retry_wait", "max_response_bytes"}
     assert all(f.description for f in ChatModelConfig.model_fields.values())
     assert ChatModelConfig().model_dump()["api_key_env"] == "OPENAI_API_KEY"
+
+
+# --- huge and hostile replies ---------------------------------------------------------------------
+
+def test_a_bad_multi_megabyte_reply_is_cut_in_the_correction_retry():
+    huge = '{"violations": "' + "spam " * 400_000  # 2 MB, unterminated
+    model = ScriptedChatModel([huge, '{"violations": []}'])
+    assert anyio.run(chat_json, model, MSGS, VERDICT) == {"violations": []}
+    echoed = model.calls[1][-2]
+    assert echoed.role == "assistant" and len(echoed.content) < ECHO_CHARS + 100
+    assert echoed.content.startswith(huge[:100]) and "more characters cut" in echoed.content
+
+
+@pytest.mark.parametrize("raw", ['{"a": "' + "x y, " * 100_000, "[" * 200_000], ids=["unterminated", "deep"])
+def test_too_long_or_too_deep_json_fails_as_unusable_not_as_a_crash(raw):
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError):
+        parse_json(raw)
+    assert len(raw) > REPAIR_MAX_CHARS and time.perf_counter() - t0 < 2.0  # repair would take 3.5 s
+
+
+def test_json_is_parsed_off_the_event_loop(monkeypatch):
+    """A slow parse (a big reply to repair) must not stall the loop: training runs on it too."""
+    import dynalize.backends.chat as chat
+
+    def slow_parse(text, schema=None):
+        time.sleep(0.6)
+        return {"violations": []}
+
+    monkeypatch.setattr(chat, "parse_json", slow_parse)
+    gaps: list[float] = []
+
+    async def main():
+        done = anyio.Event()
+
+        async def ticker():
+            last = time.perf_counter()
+            while not done.is_set():
+                await anyio.sleep(0.01)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await chat_json(ScriptedChatModel(['{"violations": []}']), MSGS, VERDICT)
+            done.set()
+
+    anyio.run(main)
+    assert max(gaps) < 0.3, max(gaps)

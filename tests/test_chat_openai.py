@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anyio
 import pytest
@@ -18,77 +17,25 @@ from dynalize.backends.config import ChatModelConfig
 from dynalize.build import build_chat_model
 from dynalize.backends.openai import OpenAIChatModel
 from dynalize.types import Message
+from faultserver import FaultServer
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 MSGS = [Message("system", "You are terse."), Message("user", "Say hi.")]
 
 
-class FakeServer:
-    """Chat-completions on 127.0.0.1; `script` holds one fault per request, then plain OK replies."""
+class FakeServer(FaultServer):
+    """Chat-completions on 127.0.0.1; `script` holds one fault per request, then plain replies "reply <n>"."""
 
     def __init__(self):
         self.script: list[str] = []
-        self.requests: list[dict] = []  # {"t", "headers", "body"}
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep test output quiet
-                pass
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", 0))
-                raw = self.rfile.read(n)
-                server.requests.append({"t": time.monotonic(), "path": self.path,
-                                        "headers": dict(self.headers), "body": json.loads(raw)})
-                action = server.script.pop(0) if server.script else "ok"
-                try:
-                    server.respond(self, action)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    def respond(self, h: BaseHTTPRequestHandler, action: str) -> None:
-        if action == "hang":
-            time.sleep(1.0)
-            action = "ok"
-        if action == "ok":
-            n = len(self.requests)
-            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": f"reply {n}"}}]})
-            self._send(h, 200, payload)
-        elif action == "badjson":
-            self._send(h, 200, '{"choices": [{"message": {"content": "trunc')
-        elif action == "500":
-            self._send(h, 500, '{"error": "boom"}')
-        elif action == "429":
-            self._send(h, 429, '{"error": "slow down"}', {"Retry-After": "1"})
-        elif action == "400":  # a hostile server that echoes the Authorization header back
-            self._send(h, 400, json.dumps({"error": f"bad request; you sent {h.headers.get('Authorization')}"}))
-        else:
-            raise AssertionError(action)
-
-    @staticmethod
-    def _send(h, status: int, body: str, headers: dict | None = None) -> None:
-        data = body.encode()
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
+        super().__init__(lambda body: f"reply {len(self.requests)}",
+                         lambda body: self.script.pop(0) if self.script else None, hang_s=1.0)
 
 
 @pytest.fixture
 def server():
-    s = FakeServer()
-    s.thread.start()
-    yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
+    with FakeServer() as s:
+        yield s
 
 
 @pytest.fixture(autouse=True)
@@ -130,7 +77,7 @@ def test_no_key_env_sends_no_authorization(server):
     assert "Authorization" not in server.requests[0]["headers"]
 
 
-@pytest.mark.parametrize("fault", ["500", "badjson", "hang"])
+@pytest.mark.parametrize("fault", ["500", "malformed", "hang", "reset"])
 def test_transient_fault_then_ok(server, fault):
     server.script = [fault]
     assert call(make(server)) == "reply 2"
@@ -168,7 +115,7 @@ def test_gives_up_after_max_retries(server):
 
 
 def test_key_never_in_repr_logs_or_config(server):
-    server.script = ["500", "badjson"]
+    server.script = ["500", "malformed"]
     model = make(server)
     with capture_logs() as logs:
         assert call(model) == "reply 3"
@@ -190,10 +137,7 @@ def test_json_schema_goes_into_response_format(server):
 def test_chat_json_over_http_uses_schema(server, monkeypatch):
     schema = {"type": "object", "required": ["reply"]}
 
-    def ok_json(h, action):
-        FakeServer._send(h, 200, json.dumps({"choices": [{"message": {"content": '{"reply": 3}'}}]}))
-
-    monkeypatch.setattr(server, "respond", ok_json)
+    monkeypatch.setattr(server, "answer", lambda body: '{"reply": 3}')
     model = build_chat_model({"engine": "openai", "base_url": server.base_url, "model": "m",
                               "api_key_env": "DYNALIZE_TEST_KEY", "temperature": 0.0, "max_tokens": 64})
 
@@ -214,7 +158,7 @@ def test_concurrency_limit(server, monkeypatch):
     lock = threading.Lock()
     original = server.respond
 
-    def slow(h, action):
+    def slow(h, fault, body):
         nonlocal active, peak
         with lock:
             active += 1
@@ -222,7 +166,7 @@ def test_concurrency_limit(server, monkeypatch):
         time.sleep(0.05)
         with lock:
             active -= 1
-        original(h, action)
+        original(h, fault, body)
 
     monkeypatch.setattr(server, "respond", slow)
     model = make(server, max_concurrency=2)
@@ -254,3 +198,61 @@ def test_structlog_output_has_no_key(server, capsys):
     out = capsys.readouterr()
     assert "openai.retry" in out.out + out.err
     assert KEY not in out.out + out.err
+
+
+# --- deadlines, back-pressure, size caps (issue 12) ------------------------------------------------
+
+def test_timeout_is_a_deadline_for_the_whole_request_so_a_trickle_fails(server):
+    server.trickle_s = 1.5  # every byte arrives well within the 0.3 s read timeout
+    server.fault = lambda body: "trickle"
+    t0 = time.monotonic()
+    with pytest.raises(EngineError, match=r"after 2 attempt\(s\): no complete response within 0.3s"):
+        call(make(server, max_retries=1))
+    assert time.monotonic() - t0 < 1.5
+
+
+def test_a_call_waiting_out_its_backoff_holds_no_concurrency_slot(server):
+    """One slot, two calls whose first attempts fail: B's first attempt goes out while A waits to
+    retry (a slot held through the backoff would make B wait for A's whole retry schedule)."""
+    seen: set[str] = set()
+
+    def first_sight_fails(body):
+        who = body["messages"][-1]["content"]
+        fault = None if who in seen else "500"
+        seen.add(who)
+        return fault
+
+    server.fault = first_sight_fails
+    model = make(server, max_concurrency=1, retry_wait=0.3)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            for who in ("A", "B"):
+                tg.start_soon(model.chat, [Message("user", who)])
+                await anyio.sleep(0.01)
+        await model.close()
+
+    anyio.run(main)
+    order = [r["body"]["messages"][-1]["content"] for r in server.requests]
+    assert order[:2] == ["A", "B"] and sorted(order) == ["A", "A", "B", "B"], order
+
+
+@pytest.mark.parametrize("fault", ["huge", "huge_unsized"])
+def test_a_reply_over_max_response_bytes_is_abandoned_and_retried(server, fault):
+    server.huge_bytes = 3_000_000
+    server.script = [fault]
+    assert call(make(server, max_response_bytes=100_000)) == "reply 2"
+    server.script = [fault] * 2
+    with pytest.raises(EngineError, match="max_response_bytes=100000"):
+        call(make(server, max_response_bytes=100_000, max_retries=1))
+
+
+@pytest.mark.parametrize("pasted", ["sk-proj-0123456789abcdefABCDEF", "0123456789abcdef0123456789abcdef", "a b"])
+def test_a_pasted_key_is_refused_as_api_key_env_and_never_echoed(pasted):
+    with pytest.raises(EngineError) as err:
+        OpenAIChatModel("http://127.0.0.1:9/v1", "m", api_key_env=pasted)
+    assert pasted not in str(err.value) and "NAME of an environment variable" in str(err.value)
+    with pytest.raises(Exception) as err:
+        ChatModelConfig(engine="openai", base_url="http://x/v1", model="m", api_key_env=pasted)
+    assert pasted not in str(err.value)
+    assert ChatModelConfig(api_key_env="MY_PROVIDER_API_KEY_2").api_key_env == "MY_PROVIDER_API_KEY_2"

@@ -5,16 +5,35 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 CHAT_ENGINES = ("openai", "hf", "vllm", "scripted")
 """The chat engines `build_chat_model` knows."""
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why `name` cannot be the NAME of an environment variable (None if it can).
+
+    A pasted key is refused without being repeated: anything but letters, digits and `_`, a
+    leading digit, more than 64 characters, or a long run of letters and digits with no `_`
+    (API keys look like that; variable names have underscores or are short).
+    """
+    looks_like_key = len(name) >= 24 and "_" not in name and any(c.isdigit() for c in name)
+    if not _ENV_NAME.fullmatch(name) or looks_like_key:
+        return ("must be the NAME of an environment variable holding the key (letters, digits and _), "
+                "not the key itself")
+    return None
+
 
 class ChatModelConfig(BaseModel):
     """Which chat model to use for a role (proposer, judge, user simulator, benchmark judge)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True,
+                              hide_input_in_errors=True)  # a pasted key is never echoed
 
     engine: str = "openai"
     """`openai` (any OpenAI-compatible endpoint), `hf` (local transformers model), `vllm` (local model on
@@ -25,19 +44,34 @@ class ChatModelConfig(BaseModel):
     base_url: str | None = None
     """openai: endpoint root including `/v1`, e.g. `http://127.0.0.1:8000/v1`."""
     api_key_env: str | None = "OPENAI_API_KEY"
-    """openai: NAME of the environment variable holding the API key (None = no key); never the key."""
+    """openai: NAME of the environment variable holding the API key (None = no key); never the key
+    (a value that looks like a key is refused, without being printed)."""
     path: str | None = None
     """hf, vllm: model directory or `tiny:<name>`. scripted: `module:attr`, a reply list or function."""
     timeout: float = Field(60.0, gt=0)
-    """openai: seconds before a request is abandoned (and retried)."""
+    """openai: deadline in seconds for a whole request, from sending it to the last byte of the
+    reply (a slow trickle is cut too); then it is abandoned and retried."""
     max_retries: int = Field(5, ge=0)
-    """openai: retries after a 429, 5xx, timeout or connection error."""
+    """openai: retries after a 429, 5xx, timeout, connection error, unreadable or oversized reply."""
+    retry_wait: float = Field(0.5, gt=0)
+    """openai: first backoff in seconds; doubles per retry (plus jitter), at most 60 s. A call
+    holds no concurrency slot while it waits."""
+    max_response_bytes: int = Field(1_048_576, gt=0)
+    """openai: largest response body read (bytes); a longer one is abandoned as it streams in
+    and retried. Chat replies are kilobytes: 1 MiB leaves room for long reasoning."""
     max_concurrency: int = Field(16, gt=0)
     """Requests in flight at once (hf generates one at a time regardless)."""
     temperature: float = Field(0.0, ge=0)
     """Default sampling temperature (0 = greedy); a call's own `temperature` wins."""
     max_tokens: int = Field(1024, gt=0)
     """Default longest reply in tokens; a call's own `max_tokens` wins."""
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and (problem := env_name_problem(v)):
+            raise ValueError(problem)
+        return v
 
     @field_validator("engine")
     @classmethod

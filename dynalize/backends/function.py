@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ConfigError
 from .base import RewardModel, RMInput
 
 
 class FunctionRewardModel(RewardModel):
-    """Scores each item with `fn`: a raw text as it is, a conversation by its last message (the reply)."""
+    """Scores each item with `fn`: a raw text as it is, a conversation by its last message (the reply).
 
-    def __init__(self, fn: Callable[[list[str]], Any]):
+    `fn` must return one finite number per text; anything else stops the run with one line
+    naming the function (`name`).
+    """
+
+    def __init__(self, fn: Callable[[list[str]], Any], name: str = "reward function"):
         self.fn = fn
+        self.name = name
 
     async def score(self, items: list[RMInput]) -> list[float]:
         texts = [x if isinstance(x, str) else x[-1].content for x in items]
-        return [float(s) for s in self.fn(texts)]
+        raw = self.fn(texts)
+        try:
+            scores = [float(s) for s in raw]
+        except (TypeError, ValueError):
+            raise ConfigError(f"reward function {self.name!r} must return a list of numbers, "
+                              f"got {type(raw).__name__}") from None
+        if len(scores) != len(texts):
+            raise ConfigError(f"reward function {self.name!r} returned {len(scores)} scores for "
+                              f"{len(texts)} texts (one score per text is needed)")
+        if not all(math.isfinite(x) for x in scores):
+            raise ConfigError(f"reward function {self.name!r} returned a score that is not a finite number")
+        return scores

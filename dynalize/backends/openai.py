@@ -1,14 +1,18 @@
 """ChatModel for any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, hosted APIs).
 
 Plain httpx, no `openai` package. Transient failures (429, 5xx, timeouts, dropped connections,
-unreadable bodies) are retried with exponential backoff, honouring `Retry-After`; other 4xx fail
-at once. The API key is read from an environment variable whose NAME is configured; the key
-itself never reaches logs, reprs or exception messages.
+unreadable or oversized bodies) are retried with exponential backoff, honouring `Retry-After`;
+other 4xx fail at once. `timeout` is a deadline for the whole request (a reply trickling in byte
+by byte is cut too), the body is read as it streams in and abandoned past `max_response_bytes`,
+and a call waiting out its backoff holds no concurrency slot. The API key is read from an
+environment variable whose NAME is configured; the key itself never reaches logs, reprs or
+exception messages.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import os
 import time
 from datetime import datetime, timezone
@@ -22,6 +26,7 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception_type, st
 
 from ..types import Message, as_messages
 from .base import ChatModel, EngineError
+from .config import env_name_problem
 
 log = structlog.get_logger("dynalize.backends.openai")
 
@@ -86,7 +91,9 @@ class OpenAIChatModel(ChatModel):
     def __init__(self, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY",
                  timeout: float = 60.0, max_retries: int = 5, max_concurrency: int = 16,
                  default_sampling: dict[str, Any] | None = None, retry_wait: float = 0.5,
-                 max_wait: float = 60.0):
+                 max_wait: float = 60.0, max_response_bytes: int = 1_048_576):
+        if api_key_env and env_name_problem(api_key_env):
+            raise EngineError(f"api_key_env {env_name_problem(api_key_env)}")  # the value is never echoed
         self.base_url = base_url.rstrip("/")
         """Endpoint root including `/v1`; requests go to `<base_url>/chat/completions`."""
         self.model = model
@@ -94,17 +101,19 @@ class OpenAIChatModel(ChatModel):
         self.api_key_env = api_key_env
         """NAME of the env var holding the key, sent as `Authorization: Bearer`; None = no key."""
         self.timeout = timeout
-        """Seconds before one request is abandoned (then retried)."""
+        """Deadline in seconds for one whole request, reply body included (then it is retried)."""
         self.max_retries = max_retries
         """Retries after the first attempt, for transient failures only."""
         self.max_concurrency = max_concurrency
-        """Requests in flight at once; further calls wait (also through their backoff)."""
+        """Requests in flight at once; further calls wait. A call sleeping in backoff holds no slot."""
         self.default_sampling = dict(default_sampling or {})
         """Sampling keys used when a call does not give its own."""
         self.retry_wait = retry_wait
         """First backoff in seconds; doubles per retry (plus jitter), up to `max_wait`."""
         self.max_wait = max_wait
         """Longest wait between attempts, also the cap on a server's `Retry-After`."""
+        self.max_response_bytes = max_response_bytes
+        """Largest response body read; a longer one is abandoned mid-stream and retried."""
         key = os.environ.get(api_key_env) if api_key_env else None
         if api_key_env and not key:
             log.warning("openai.no_api_key", env=api_key_env, base_url=self.base_url)
@@ -141,46 +150,64 @@ class OpenAIChatModel(ChatModel):
             self._limiter = anyio.CapacityLimiter(self.max_concurrency)
         start = time.perf_counter()
         attempts = 0
-        async with self._limiter:
-            try:
-                async for attempt in AsyncRetrying(
-                    stop=stop_after_attempt(self.max_retries + 1), wait=self._wait, reraise=True,
-                    retry=retry_if_exception_type(_Transient), before_sleep=self._log_retry,
-                ):
-                    with attempt:
-                        attempts = attempt.retry_state.attempt_number
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.max_retries + 1), wait=self._wait, reraise=True,
+                retry=retry_if_exception_type(_Transient), before_sleep=self._log_retry,
+            ):
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    async with self._limiter:  # a slot per attempt: none is held through the backoff
                         text = await self._post(body)
-            except _Transient as e:
-                raise EngineError(self._scrub(
-                    f"chat request to {self.url} failed after {attempts} attempt(s): {e}")) from None
+        except _Transient as e:
+            raise EngineError(self._scrub(
+                f"chat request to {self.url} failed after {attempts} attempt(s): {e}")) from None
         log.debug("openai.chat", model=self.model, latency_s=round(time.perf_counter() - start, 3),
                   attempts=attempts, messages=len(body["messages"]), reply_chars=len(text))
         return text
 
     async def _post(self, body: dict[str, Any]) -> str:
-        """One HTTP attempt: the reply text, or _Transient / EngineError."""
+        """One HTTP attempt within the deadline: the reply text, or _Transient / EngineError."""
         if self._client is None:
             n = self.max_concurrency
             self._client = httpx.AsyncClient(
                 timeout=self.timeout, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
         headers = {"Authorization": f"Bearer {self._key.value}"} if self._key else {}
         try:
-            resp = await self._client.post(self.url, json=body, headers=headers)
-        except httpx.TimeoutException:
-            raise _Transient(f"no response within {self.timeout}s") from None
+            with anyio.fail_after(self.timeout):
+                async with self._client.stream("POST", self.url, json=body, headers=headers) as resp:
+                    status = resp.status_code
+                    if status == 429 or status >= 500:
+                        raise _Transient(f"HTTP {status}", retry_after=_retry_after(resp))
+                    data = await self._read(resp)
+        except (TimeoutError, httpx.TimeoutException):
+            raise _Transient(f"no complete response within {self.timeout}s") from None
         except httpx.TransportError as e:
             raise _Transient(self._scrub(f"{type(e).__name__}: {e}")) from None
-        status = resp.status_code
-        if status == 429 or status >= 500:
-            raise _Transient(f"HTTP {status}", retry_after=_retry_after(resp))
         if status >= 400:
-            detail = self._scrub(" ".join(resp.text.split()))[:300]  # scrub before cutting
+            detail = self._scrub(" ".join(data.decode("utf-8", "replace").split()))[:300]  # scrub before cutting
             raise EngineError(f"chat request to {self.url} failed: HTTP {status}: {detail}")
         try:
-            content = resp.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
+            content = json.loads(data)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             raise _Transient(f"unreadable response body (HTTP {status})") from None
+        if content is not None and not isinstance(content, str):
+            raise _Transient(f"unreadable response body (HTTP {status}): content is not text")
         return content or ""
+
+    async def _read(self, resp: httpx.Response) -> bytes:
+        """The response body, abandoned (as a transient failure) past `max_response_bytes`."""
+        limit = self.max_response_bytes
+        declared = resp.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _Transient(f"reply of {int(declared)} bytes is over max_response_bytes={limit}")
+        chunks, size = [], 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise _Transient(f"reply over max_response_bytes={limit}")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
