@@ -11,7 +11,7 @@ from dynalize.backends.chat import ScriptedChatModel
 from dynalize.build import build_penalty_term
 from dynalize.penalties.buffer import PenaltyBuffer
 from dynalize.penalties.candidate import Candidate, ProposalResult
-from dynalize.penalties.config import PenaltiesConfig
+from dynalize.penalties.config import JudgeConfig, PenaltiesConfig
 from dynalize.penalties.judge import Judge, RegexJudge
 from dynalize.penalties.lexical import LexicalProposer
 from dynalize.rewards import PenaltyTerm, RewardTerm, TermScores, score_batch
@@ -473,3 +473,66 @@ def test_proposer_failures_are_counted_by_stage_and_regex_timeouts_too():
 def test_a_zero_finish_timeout_cancels_the_proposal_in_flight_at_once():
     eng = start_then_finish(GatedProposer(candidate()), finish_timeout=0)  # before the proposal task ever ran
     assert eng.totals["proposer/cancelled"] == 1 and eng.state_dict()["in_flight"]["step"] == 0
+
+
+# --- failures are never silent (issue 12) ---------------------------------------------------------
+
+def llm_penalty_term(answer, **judge_cfg):
+    """A term whose one semantic penalty (p001) is judged by `answer(reply text)`, one attempt per call."""
+    def chat(msgs):
+        return answer(msgs[1].content.split("<reply-", 1)[1])
+
+    buf = PenaltyBuffer()
+    buf.add(Candidate("Flatters", "Praises the question.", []), step=0)
+    jc = JudgeConfig(engine="llm", chat={"engine": "scripted", "path": "x:y"}, retries=1, **judge_cfg)
+    return PenaltyTerm(PenaltiesConfig(enabled=True, judge=jc), FakeProposer(), Judge(ScriptedChatModel(chat), jc), buf)
+
+
+def test_a_failed_verdict_marks_the_rollout_unscored_never_clean():
+    eng = llm_penalty_term(lambda reply: "not json at all" if "number 1" in reply else '{"p001": true}')
+    batch = hacked_batch(step=3, n_groups=2)
+    anyio.run(score, eng, batch)
+    for g in batch.groups:
+        for r in g:
+            bad = "number 1" in r.replies[0]
+            assert r.info["judge_failed"] == (["p001"] if bad else [])
+            assert r.info.get("unscored") == (["penalties"] if bad else None)
+            assert r.info["violations"] == (0 if bad else 1)
+    m = eng.metrics()
+    assert (m["judge/verdicts"], m["judge/failed_verdicts"], m["judge/failure_rate"]) == (8, 4, 0.5)
+    assert m["judge/verdicts_total"] == 8 and m["judge/failed_verdicts_total"] == 4
+
+
+def test_judge_failing_more_than_the_rate_over_the_window_stops_the_run():
+    answers = iter(["{}"] * 8 + ['{"p001": true}'] * 24)  # step 0: every verdict fails; then none
+    eng = llm_penalty_term(lambda reply: next(answers), failure_window=2, max_failure_rate=0.4)
+    reasons = []
+    for step in range(4):
+        anyio.run(score, eng, hacked_batch(step, n_groups=2))
+        reasons.append(eng.stop_reason())
+    # windows of 2 judged steps: [100%] not full yet, [100%, 0%] = 50% > 40%, then 0%: go on
+    assert reasons[0] is None and reasons[2] is None and reasons[3] is None
+    assert reasons[1].startswith("the judge failed 8 of 16 verdicts (50%) over the last 2 judged steps")
+    assert "max_failure_rate=0.4" in reasons[1] and "last error:" in reasons[1]
+
+
+def test_proposer_failing_proposal_after_proposal_stops_the_run():
+    async def main():
+        cfg = PenaltiesConfig(enabled=True, every=1, proposer={"max_failed_proposals": 3})
+        eng = PenaltyTerm(cfg, FakeProposer(error=RuntimeError("HTTP 401 invalid key")), RegexJudge())
+        reasons = []
+        async with anyio.create_task_group() as tg:
+            for step in range(4):
+                batch = hacked_batch(step)
+                await score(eng, batch)
+                eng.observe(batch, tg)
+                await anyio.sleep(0.01)
+                reasons.append(eng.stop_reason())
+        return eng, reasons
+
+    eng, reasons = anyio.run(main)
+    assert reasons[:2] == [None, None]
+    assert reasons[2] == ("the proposer failed its last 3 proposals (penalties.proposer.max_failed_proposals=3); "
+                          "last error: RuntimeError: HTTP 401 invalid key")
+    m = eng.metrics()
+    assert m["proposer/failed_total"] == 4 and m["proposer/finished_total"] == 4

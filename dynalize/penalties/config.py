@@ -61,6 +61,9 @@ class ProposerConfig(_Section):
     """llm: each sampled reply is cut to this many characters in the prompt."""
     lexical: LexicalConfig = LexicalConfig()
     """lexical: the contrast thresholds."""
+    max_failed_proposals: int | None = Field(3, ge=1)
+    """Stop the run (checkpoint first) when this many proposals in a row failed, each after all
+    its retries: a proposer that never answers leaves the penalty set frozen. None: never stop."""
 
     @model_validator(mode="after")
     def _llm_needs_chat(self) -> "ProposerConfig":
@@ -75,14 +78,24 @@ class JudgeConfig(_Section):
     chat: ChatModelConfig | None = None
     """llm: the judge's chat model."""
     max_concurrency: int = Field(32, gt=0)
-    """llm: judge calls in flight at once."""
+    """llm: judge requests in flight at once (the lower of this and `chat.max_concurrency`); a
+    call waiting out a retry backoff holds no slot."""
     retries: int = Field(3, ge=1)
-    """llm: attempts per JSON answer; then every verdict of the call counts as not triggered."""
+    """llm: attempts per JSON answer; then the verdicts still missing count as failures."""
     cache_size: int = Field(4096, ge=0)
     """llm: verdicts remembered by (text, context, buffer version)."""
     context: bool = True
     """Show the judge, with each reply, the conversation up to that reply (system messages left
     out): in multi-turn rollouts the simulated user's turns and the policy's earlier replies."""
+    time_budget_s: float | None = Field(300.0, gt=0)
+    """llm: seconds the judge may take per training step; verdicts not in by then count as
+    failures. None: no budget (a step waits for every call's retries)."""
+    max_failure_rate: float | None = Field(0.1, ge=0, le=1)
+    """Stop the run (checkpoint first) when more than this share of the verdicts asked over the
+    last `failure_window` judged steps failed. A failed verdict is never read as "not triggered":
+    its rollout's group is left out of the update (docs/reliability.md). None: never stop."""
+    failure_window: int = Field(5, ge=1)
+    """Judged steps (steps with at least one verdict asked) that `max_failure_rate` looks back over."""
 
     @model_validator(mode="after")
     def _llm_needs_chat(self) -> "JudgeConfig":

@@ -3,12 +3,15 @@
 Penalties with a regex are decided locally, in a worker thread, each pattern within a time
 budget (saferegex): a pattern that does not compile or runs past its budget fails its verdicts,
 is counted (`regex_timeouts`) and is set aside for the run (`unusable_regexes`; the penalty
-term retires its penalty). The rest go to a ChatModel in one call per text
-(per policy reply in multi-turn) asking for `{penalty_id: true|false}`. Ids the model invents
-are ignored; a reply missing ids is retried (chat_json), and ids still missing after the
-retries, or every id of a call that yields no JSON object at all, count as not triggered and as
-failures. Texts are fenced as data (see prompting.fence). Complete LLM answers are cached by
-(text, context, buffer version).
+term retires its penalty). The rest go to a ChatModel in one call per text (per policy reply
+in multi-turn) asking for `{penalty_id: true|false}`. Ids the model invents are ignored; a reply
+missing ids, or with a verdict that is not true/false (a cut answer), is retried (chat_json),
+and ids still without a verdict after the retries, or every id of a call that yields no JSON
+object at all, count as failures (`failed`; the penalty term never reads them as "not
+triggered"). LLM calls share a time budget per `assess` (once per training step,
+`time_budget_s`): verdicts not in by then fail too. Texts, contexts and the penalty list are
+fenced as data (see prompting.fence). Complete LLM answers are cached by (text, context,
+buffer version).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import structlog
 
 from ..backends.base import ChatModel
 from ..backends.chat import ChatJSONError, chat_json, parse_json
+from ..errors import describe
 from ..types import Message, Penalty
 from .config import JudgeConfig
 from .prompting import fence, new_nonce, penalty_list, render
@@ -36,11 +40,12 @@ _FALSE = {"false", "no", "n", "0", "not triggered"}
 
 @dataclass
 class JudgeStats:
-    """Counters since the last reset: LLM calls, failed calls, missing verdicts, cache hits, regex
-    verdicts, regexes that ran past their time budget, latency."""
+    """Counters since the last reset: LLM calls, failed calls, calls cut by the time budget,
+    missing verdicts, cache hits, regex verdicts, regexes that ran past their time budget, latency."""
 
     calls: int = 0
     failed_calls: int = 0
+    timed_out: int = 0
     failures: int = 0
     cache_hits: int = 0
     lexical: int = 0
@@ -94,6 +99,12 @@ def parse_verdicts(raw: Any, ids: Sequence[str]) -> tuple[dict[str, bool], set[s
     return verdicts, failed
 
 
+def verdict_problem(raw: Any, ids: Sequence[str]) -> str | None:
+    """Why an answer lacks a true/false verdict for some id (a cut or garbled answer), or None."""
+    failed = parse_verdicts(raw, ids)[1]
+    return f"no true/false verdict for {', '.join(sorted(failed))}" if failed else None
+
+
 def salvage(raw: str) -> Any:
     """The JSON in a reply that failed the schema check (e.g. some ids missing), or None."""
     try:
@@ -114,14 +125,16 @@ class Judge:
     def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None, *, domain: str = ""):
         self.chat = chat
         self.cfg = cfg or JudgeConfig()
-        """Retries, concurrency and cache size (penalties.config.JudgeConfig)."""
+        """Retries, time budget and cache size (penalties.config.JudgeConfig); `max_concurrency`
+        is applied to the chat model by `dynalize.build` (a call waiting out a backoff holds no slot)."""
         self.domain = domain
         """The task's description (Task.description), shown in the prompt."""
         self.stats = JudgeStats()
+        self.last_error: str | None = None
+        """Why the latest failed verdicts failed, in one line (shown when the run stops on failures)."""
         self.unusable_regexes: dict[str, str] = {}
         """Patterns set aside for the run (bad, or past their time budget once), with the reason."""
         self._cache: OrderedDict[tuple[str, str | None, int], dict[str, bool]] = OrderedDict()
-        self._limiter: anyio.CapacityLimiter | None = None
 
     async def judge(self, texts: list[str], penalties: list[Penalty], buffer_version: int,
                     contexts: Sequence[str | None] | None = None) -> list[dict[str, bool]]:
@@ -145,13 +158,15 @@ class Judge:
 
     def messages(self, text: str, penalties: Sequence[Penalty], context: str | None = None,
                  nonce: str | None = None) -> list[Message]:
-        """The judge's prompt for one text; `text` and `context` are fenced as data."""
-        nonce = nonce or new_nonce(text, context or "")
+        """The judge's prompt for one text; `text`, `context` and the penalties are fenced as data
+        (penalty titles and descriptions are written by the proposer from rollout text)."""
+        listing = penalty_list(penalties)
+        nonce = nonce or new_nonce(text, context or "", listing)
         ctx = ""
         if context:
             ctx = (f"\nThe conversation the reply answers is between <context-{nonce}> and "
                    f"</context-{nonce}>:\n{fence('context', context, nonce)}\n")
-        user = render("judge_user", penalties=penalty_list(penalties), context=ctx, nonce=nonce,
+        user = render("judge_user", penalties=fence("penalties", listing, nonce), context=ctx, nonce=nonce,
                       reply=fence("reply", text, nonce), ids=", ".join(p.id for p in penalties))
         system = render("judge_system", domain=self.domain or "(not described)")
         return [Message("system", system), Message("user", user)]
@@ -179,6 +194,7 @@ class Judge:
                     j.verdicts[p.id] = False
                     j.failed.add(p.id)
                 self.stats.failures += len(out)
+                self.last_error = f"regex of {p.id} unusable: {self.unusable_regexes[pattern]}"
                 continue
             for j, hit in zip(out, hits):
                 j.verdicts[p.id] = hit
@@ -203,15 +219,22 @@ class Judge:
             else:
                 todo.append(key)
         self.stats.cache_hits += len(keys) - len(todo)  # cached texts, and repeats within this call
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.cfg.max_concurrency)
 
         async def one(key: tuple[str, str | None, int]) -> None:
             answers[key] = await self._call(key, penalties, ids)
 
-        async with anyio.create_task_group() as tg:
-            for key in todo:
-                tg.start_soon(one, key)
+        with anyio.move_on_after(self.cfg.time_budget_s):
+            async with anyio.create_task_group() as tg:
+                for key in todo:
+                    tg.start_soon(one, key)
+        late = [key for key in todo if key not in answers]
+        if late:
+            self.stats.timed_out += len(late)
+            self.stats.failures += len(late) * len(ids)
+            self.last_error = f"no verdict within the judge's time budget ({self.cfg.time_budget_s}s per step)"
+            log.warning("judge.time_budget", calls_cut=len(late), budget_s=self.cfg.time_budget_s)
+            for key in late:
+                answers[key] = Judgement(dict.fromkeys(ids, False), set(ids))
         for key, j in zip(keys, out):
             j.verdicts.update(answers[key].verdicts)
             j.failed.update(answers[key].failed)
@@ -219,28 +242,33 @@ class Judge:
     async def _call(self, key: tuple[str, str | None, int], penalties: list[Penalty],
                     ids: list[str]) -> Judgement:
         text, context, _ = key
-        assert self._limiter is not None and self.chat is not None
-        async with self._limiter:
-            t0 = time.perf_counter()
-            try:
-                raw = await chat_json(self.chat, self.messages(text, penalties, context),
-                                      verdict_schema(ids), retries=self.cfg.retries)
-            except ChatJSONError as e:  # retried already; keep what the last answer did decide
-                raw = salvage(e.raw)
-            except Exception as e:  # noqa: BLE001 - a judge failure must never stop training
-                log.warning("judge.call_failed", error=f"{type(e).__name__}: {e}")
-                raw = None
-            failed_call = not isinstance(raw, dict)
-            dt = time.perf_counter() - t0
+        assert self.chat is not None  # it bounds its own requests in flight (see build_penalty_term)
+        t0 = time.perf_counter()
+        error = None
+        try:
+            raw = await chat_json(self.chat, self.messages(text, penalties, context), verdict_schema(ids),
+                                  retries=self.cfg.retries, check=lambda value: verdict_problem(value, ids))
+        except ChatJSONError as e:  # retried already; keep what the last answer did decide
+            error = describe(e)
+            raw = await anyio.to_thread.run_sync(salvage, e.raw)
+        except Exception as e:  # noqa: BLE001 - a judge failure must never stop training
+            error = describe(e)
+            log.warning("judge.call_failed", error=error)
+            raw = None
+        failed_call = not isinstance(raw, dict)
+        dt = time.perf_counter() - t0
         self.stats.calls += 1
         self.stats.latency_sum += dt
         self.stats.latency_max = max(self.stats.latency_max, dt)
         if failed_call:
+            self.last_error = error or "no JSON object in the answer"
             self.stats.failed_calls += 1
             self.stats.failures += len(ids)
             return Judgement(dict.fromkeys(ids, False), set(ids))
         verdicts, failed = parse_verdicts(raw, ids)
         self.stats.failures += len(failed)
+        if failed:
+            self.last_error = error or f"no valid verdict for {', '.join(sorted(failed))}"
         if not failed:
             self._cache[key] = dict(verdicts)
             while len(self._cache) > self.cfg.cache_size:

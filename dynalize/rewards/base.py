@@ -5,6 +5,10 @@ each rollout (written with it to `rollouts/step_*.jsonl`), and the events of its
 (`<run>/<name>.jsonl`). `score_batch` runs every term of a run concurrently and writes
 `rollout.scores[name]` and `rollout.reward`, their sum. Advantages are computed from the total,
 once, by `dynalize.grpo`. A run without penalties simply has no penalty term.
+
+A term that could not score a rollout (a judge verdict that failed) says so (`unscored`): the
+rollout's reward is unknown, and the loop leaves its whole group out of the update rather than
+read the gap as a score (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ class TermScores:
     """Per rollout: fields recorded with it (e.g. `rm_scores`, `verdicts`)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """Lines for the term's event log, `<run>/<name>.jsonl` (each with its `step`)."""
+    unscored: list[bool] | None = None
+    """Per rollout: the term could not score it (its value is a placeholder). Recorded in the
+    rollout's `info["unscored"]` (term names); the loop leaves such rollouts' groups out of the
+    update (`left_out`)."""
 
 
 class RewardTerm(abc.ABC):
@@ -51,6 +59,11 @@ class RewardTerm(abc.ABC):
     def metrics(self) -> dict[str, float]:
         """This step's metrics (counters since the last call), read once per step."""
         return {}
+
+    def stop_reason(self) -> str | None:
+        """Why the run must stop (one line, e.g. a judge that keeps failing), or None. Asked after
+        every step; the loop writes a checkpoint first, so a fixed run resumes."""
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of the term (JSON-ready)."""
@@ -82,6 +95,8 @@ async def score_batch(terms: list[RewardTerm], batch: Batch) -> dict[str, list[d
             r.scores[term.name] = float(got.values[i])
             if got.info is not None:
                 r.info.update(got.info[i])
+            if got.unscored is not None and got.unscored[i]:
+                r.info["unscored"] = [*r.info.get("unscored", []), term.name]
     for r in rollouts:
         r.reward = sum(r.scores[t.name] for t in terms)
     return {t.name: results[t.name].events for t in terms if results[t.name].events}

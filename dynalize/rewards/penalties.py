@@ -12,6 +12,11 @@ resume. The
 proposer reads the last `view_steps` batches (pooled), each sample with its reward before
 penalties and that reward's advantage sign, plus a sample of the run's first batch as a
 reference for what the untrained policy wrote.
+
+Failures are never silent: a verdict the judge failed to give marks its rollout `unscored` (its
+group is left out of the update, docs/reliability.md), every failure is counted (`judge/…`,
+`proposer/…` metrics, with running `_total`s), and `stop_reason` stops the run when the judge
+fails too often over a window of steps or the proposer fails proposal after proposal.
 """
 
 from __future__ import annotations
@@ -42,9 +47,14 @@ class PenaltyTerm(RewardTerm):
     """Evolving penalties for one run: proposer + judge + buffer, with per-step metrics.
 
     Records per rollout `verdicts` ({penalty id: triggered by any reply}), `violations` (how many
-    distinct penalties) and `judge_failed` (ids without a valid verdict). Events (add / retire /
-    revive / stats) go to `penalties.jsonl`.
+    distinct penalties, among the verdicts given) and `judge_failed` (ids without a valid
+    verdict; such a rollout is `unscored`). Events (add / retire / revive / stats) go to
+    `penalties.jsonl`.
     """
+
+    TOTALS = ("judge/verdicts", "judge/failed_verdicts", "proposer/finished", "proposer/failed",
+              "proposer/accepted", "penalties/adds", "penalties/revives", "proposer/apply_refused")
+    """Counters also reported as running totals (`<name>_total`) in every step's metrics."""
 
     name = "penalties"
 
@@ -64,6 +74,9 @@ class PenaltyTerm(RewardTerm):
         self._scope: anyio.CancelScope | None = None
         self.totals: dict[str, float] = {}
         self._step: dict[str, float] = {}
+        self._judged: deque[tuple[int, int]] = deque(maxlen=cfg.judge.failure_window)  # (failed, asked)
+        self._proposals_failed_in_a_row = 0
+        self._proposer_error: str | None = None
 
     # --- the term ---------------------------------------------------------------------------------
 
@@ -106,9 +119,16 @@ class PenaltyTerm(RewardTerm):
         self._step["penalties/mean_violations"] = sum(violations) / n if n else 0.0
         for pid, t in triggers.items():
             self._step[f"penalty/{pid}/prevalence"] = t / n if n else 0.0
+        asked, n_failed = len(texts) * len(active), sum(len(j.failed) for j in judgements)
+        self._count("judge/verdicts", asked)
+        self._count("judge/failed_verdicts", n_failed)
+        if asked:
+            self._judged.append((n_failed, asked))
+            self._step["judge/failure_rate"] = n_failed / asked
         info = [{"verdicts": v, "violations": k, "judge_failed": sorted(f)}
                 for v, k, f in zip(verdicts, violations, failed)]
-        return TermScores([-self.cfg.lam * k for k in violations], info, self.buffer.drain_events())
+        return TermScores([-self.cfg.lam * k for k in violations], info, self.buffer.drain_events(),
+                          unscored=[bool(f) for f in failed])
 
     def observe(self, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:
         """Keep this batch's view; every `every` steps (step % every == 0), start a proposal in the
@@ -160,9 +180,26 @@ class PenaltyTerm(RewardTerm):
                "buffer/version": float(self.buffer.version)}
         out.update(self.judge.stats.metrics())
         out.update(self._step)
+        out.update({f"{k}_total": self.totals.get(k, 0.0) for k in self.TOTALS})
         self.judge.stats.reset()
         self._step = {}
         return out
+
+    def stop_reason(self) -> str | None:
+        """A judge failing more than `max_failure_rate` of its verdicts over the last
+        `failure_window` judged steps, or `max_failed_proposals` failed proposals in a row."""
+        j, p = self.cfg.judge, self.cfg.proposer
+        if j.max_failure_rate is not None and len(self._judged) == j.failure_window:
+            failed, asked = (sum(x) for x in zip(*self._judged))
+            if failed > j.max_failure_rate * asked:
+                return (f"the judge failed {failed} of {asked} verdicts ({failed / asked:.0%}) over the last "
+                        f"{j.failure_window} judged steps, more than penalties.judge.max_failure_rate="
+                        f"{j.max_failure_rate}; last error: {self.judge.last_error or 'none recorded'}")
+        if p.max_failed_proposals is not None and self._proposals_failed_in_a_row >= p.max_failed_proposals:
+            return (f"the proposer failed its last {self._proposals_failed_in_a_row} proposals "
+                    f"(penalties.proposer.max_failed_proposals={p.max_failed_proposals}); "
+                    f"last error: {self._proposer_error}")
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Buffer, running totals, the kept views, the accepted proposals not applied yet, and the
@@ -210,6 +247,9 @@ class PenaltyTerm(RewardTerm):
             log.warning("proposer.cancelled", step=view.step, after_s=round(time.perf_counter() - t0, 3))
             return
         self._step["proposer/latency"] = result.latency
+        self._count("proposer/finished")
+        self._proposals_failed_in_a_row = 0 if result.ok else self._proposals_failed_in_a_row + 1
+        self._proposer_error = " ".join(str(result.error).split())[:300] if not result.ok else None
         self._count("proposer/candidates", result.candidates)
         self._count("proposer/regex_timeouts", result.regex_timeouts)
         for reason, n in result.rejected.items():

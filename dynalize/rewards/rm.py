@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from ..backends.base import EngineError, RewardModel, RMInput
+from ..backends.base import RewardModel, RMInput
+from ..errors import ConfigError
 from ..tasks.base import Task
 from ..types import Batch, Rollout
 from .base import RewardTerm, TermScores
@@ -36,8 +37,9 @@ class RMTerm(RewardTerm):
                 owners.append(i)
                 inputs.append(x)
         scores = await self.reward_model.score(inputs)
-        if len(scores) != len(inputs):
-            raise EngineError(f"the reward model returned {len(scores)} scores for {len(inputs)} replies")
+        if len(scores) != len(inputs):  # a user's reward function, most likely: one line, exit 2
+            raise ConfigError(f"reward model error: it returned {len(scores)} scores for {len(inputs)} "
+                              f"replies (one score per reply is needed)")
         per: list[list[float]] = [[] for _ in rollouts]
         for i, s in zip(owners, scores):
             per[i].append(float(s))
