@@ -27,7 +27,7 @@ from .penalties.proposer import LLMProposer
 from .plugins import import_object
 from .rewards import PenaltyTerm, RewardTerm, RMTerm
 from .runlog import RunDir
-from .tasks.base import BUILTIN_TASKS, Task, build_task, task_class
+from .tasks.base import BUILTIN_TASKS, Task, build_task, task_class, task_prompts
 
 GENERATORS = ("hf", "vllm", "remote")
 REWARD_MODELS = ("task", "hf", "python")
@@ -69,7 +69,8 @@ def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatM
 
         return OpenAIChatModel(c.base_url, c.model, api_key_env=c.api_key_env, timeout=c.timeout,
                                max_retries=c.max_retries, max_concurrency=c.max_concurrency,
-                               default_sampling=sampling)
+                               default_sampling=sampling, retry_wait=c.retry_wait,
+                               max_response_bytes=c.max_response_bytes)
     if c.engine == "hf":
         if not c.path:
             raise ConfigError("chat model config: the hf engine needs path (a model directory or tiny:<name>)")
@@ -131,7 +132,7 @@ def build_reward_model(cfg: RunConfig, task: Task) -> RewardModel:
 
         if not rm.path or ":" not in rm.path:
             raise UnknownEngineError("reward_model.path must be 'module:function' for engine 'python'")
-        return FunctionRewardModel(import_object(rm.path, "reward function"))
+        return FunctionRewardModel(import_object(rm.path, "reward function"), name=rm.path)
     raise _unknown("reward model", rm.engine, REWARD_MODELS)
 
 
@@ -150,7 +151,11 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
         proposer: Any = LLMProposer(chat_factory(p.chat), p, dedup, require_regex=j.engine == "regex")
     else:
         proposer = LexicalProposer(p.lexical)
-    judge = Judge(chat_factory(j.chat), j, domain=domain) if j.engine == "llm" else RegexJudge()
+    judge: Judge = RegexJudge()
+    if j.engine == "llm":
+        assert j.chat is not None
+        limit = min(j.chat.max_concurrency, j.max_concurrency)  # per request: none held through a backoff
+        judge = Judge(chat_factory(j.chat.model_copy(update={"max_concurrency": limit})), j, domain=domain)
     return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
 
 
@@ -171,11 +176,21 @@ def check_config(cfg: RunConfig) -> None:
     if cfg.reward_model.engine not in REWARD_MODELS:
         raise _unknown("reward model", cfg.reward_model.engine, REWARD_MODELS)
     task_class(cfg.task.name)
-    if not cfg.policy.path.startswith(tiny.TINY_PREFIX) and not Path(cfg.policy.path).exists():
-        raise FileNotFoundError(f"policy.path does not exist: {cfg.policy.path}")
+    _check_model_dir("policy.path", cfg.policy.path)
     rm = cfg.reward_model
-    if rm.engine == "hf" and rm.path and not rm.path.startswith(tiny.TINY_PREFIX) and not Path(rm.path).exists():
-        raise FileNotFoundError(f"reward_model.path does not exist: {rm.path}")
+    if rm.engine == "hf" and rm.path:
+        _check_model_dir("reward_model.path", rm.path)
+
+
+def _check_model_dir(key: str, path: str) -> None:
+    """A model directory must exist and hold a model (`config.json`, as save_pretrained writes)."""
+    if path.startswith(tiny.TINY_PREFIX):
+        return
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{key} does not exist: {path}")
+    if not (Path(path) / "config.json").is_file():
+        raise ConfigError(f"config error: {key} {path} holds no model (no config.json; a directory "
+                          f"written by save_pretrained is needed)")
 
 
 def build_parts(cfg: RunConfig) -> Parts:
@@ -185,11 +200,11 @@ def build_parts(cfg: RunConfig) -> Parts:
 
     check_config(cfg)
     task = build_task(cfg.task.name, cfg.task.args, cfg.seed)
-    n_train = len(task.prompts("train"))
+    n_train = len(task_prompts(task, cfg.task.name, "train"))
     if n_train < cfg.prompts_per_step:
         raise ConfigError(f"config error: task {cfg.task.name!r} has {n_train} training prompts, fewer than "
                           f"one batch ({cfg.prompts_per_step} = batch_size / group_size)")
-    if cfg.eval_every and not task.prompts("eval"):
+    if cfg.eval_every and not task_prompts(task, cfg.task.name, "eval"):
         raise ConfigError(f"config error: eval_every is {cfg.eval_every} but task {cfg.task.name!r} has no held-out "
                           f"prompts to evaluate on (set eval_every: 0, or give the task held-out prompts)")
     terms = build_reward_terms(cfg, task)

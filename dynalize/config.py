@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 
-__all__ = ["ConfigError", "RunConfig", "dump_config", "load_config", "parse_override", "read_yaml", "validate"]
+__all__ = ["ConfigError", "RunConfig", "dump_config", "load_config", "parse_override", "read_yaml", "resume_conflict",
+           "validate"]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, hide_input_in_errors=True)
 
 
 class PolicyConfig(Section):
@@ -207,6 +208,36 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
     return validate(data)
 
 
+RESUME_LOCKED = ("seed", "batch_size", "group_size", "policy", "task", "reward_model.engine", "reward_model.path",
+                 "penalties.enabled", "penalties.lam")
+"""Settings a resume may not change (a key and everything under it): what is trained, on which
+prompts, for which reward, in which batch shape. Anything else (steps, lr, endpoints, budgets)
+may change on resume."""
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):  # an empty section adds no key: a missing key reads as None
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def resume_conflict(saved: RunConfig, new: RunConfig) -> str | None:
+    """One line naming the first `RESUME_LOCKED` setting `new` changes from `saved`, or None."""
+    a, b = _flat(saved.model_dump(mode="json")), _flat(new.model_dump(mode="json"))
+    for key in sorted(set(a) | set(b)):
+        locked = any(key == k or key.startswith(k + ".") for k in RESUME_LOCKED)
+        if locked and a.get(key) != b.get(key):
+            return (f"config error: --resume cannot change {key} ({a.get(key)!r} -> {b.get(key)!r}): it changes "
+                    f"what the run is; start a new run (another name=) instead")
+    return None
+
+
 def dump_config(cfg: RunConfig, path: Path) -> None:
-    """Write the fully resolved config as YAML."""
-    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    """Write the fully resolved config as YAML (whole or not at all: a crash leaves the old file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    tmp.replace(path)

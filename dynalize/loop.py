@@ -4,12 +4,16 @@
               (batch j is sampled by the policy of step j − async_level); drop rollouts older
               than `max_off_policy_steps` versions, counted;
   score       every reward term scores the batch, concurrently; reward = the sum of the terms;
+              a group with a rollout some term could not score (a failed judge verdict) is
+              left out of the update, counted (`left_out`), never read as clean;
   advantages  group-relative advantages of that reward (dynalize.grpo), computed once;
   propose     terms that learn from the scored batch start their background work (Dynalize's
               proposer); training never waits for it;
   train       one learner step; the new weights are queued to the generator behind the batches
               it is already generating, so the schedule, and a resume, are exact;
-  log         metrics and rollouts, then held-out evaluation and a checkpoint when due.
+  log         metrics and rollouts, then held-out evaluation and a checkpoint when due; a
+              reward term that says the run cannot go on (`stop_reason`) stops it, after a
+              checkpoint (RunStopped).
 
 `Orchestrator.state_dict()` is everything a checkpoint needs to continue exactly.
 """
@@ -31,9 +35,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import grpo
 from .backends.base import Generator, Learner, SamplingParams
 from .config import RunConfig
+from .errors import RunStopped
 from .rewards.base import RewardTerm, score_batch
 from .rollouts import sample_groups
-from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state, save_checkpoint
+from .checkpoint import save_checkpoint
+from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
 from .tasks.base import Task
 from .types import Batch, Rollout, TrainSequence
@@ -116,6 +122,8 @@ class Orchestrator:
         self.eval_prompts = parts.task.prompts("eval") if cfg.eval_every else []
         self.next_step = 0
         self.dropped_total = 0
+        self.left_out_total = 0
+        self.eval_rows = 0  # lines in eval/task.jsonl: a resume trims the file back to them
         self.history: list[dict[str, Any]] = []
         self.batches: dict[int, Future] = {}
         self._restored: dict[int, list[list[Rollout]]] = {}  # batches generated ahead, from a checkpoint
@@ -136,6 +144,8 @@ class Orchestrator:
             "learner_version": p.learner.version,
             "generator_version": p.generator.version,
             "dropped_total": self.dropped_total,
+            "left_out_total": self.left_out_total,
+            "eval_rows": self.eval_rows,
             "terms": {t.name: t.state_dict() for t in p.terms},
             "inflight": inflight,
         }
@@ -144,6 +154,8 @@ class Orchestrator:
         """Continue from `state` (the learner's own state is loaded with the checkpoint)."""
         self.next_step = state["step"]
         self.dropped_total = state["dropped_total"]
+        self.left_out_total = state.get("left_out_total", 0)
+        self.eval_rows = state.get("eval_rows", 0)
         self._generator_version = state["generator_version"]
         self._restored = {int(k): [[rollout_from_state(r) for r in g] for g in groups]
                           for k, groups in state.get("inflight", {}).items()}
@@ -155,7 +167,7 @@ class Orchestrator:
 
     async def run(self) -> list[dict[str, Any]]:
         cfg, p = self.p.cfg, self.p
-        (p.run.root / "eval").mkdir(exist_ok=True)
+        p.run.create()
         async with anyio.create_task_group() as tg:
             self.worker = GenerationWorker(tg)
             if self._generator_version is not None:  # resumed: the generator samples the saved policy
@@ -182,9 +194,12 @@ class Orchestrator:
                 batch, gen_time = await self.collect(step, record)
             events: dict[str, list[dict[str, Any]]] = {}
             train_metrics: dict[str, float] = {}
+            rollouts = batch.rollouts  # all of them go to the log, trained on or not
             if batch.groups:
                 with timer("score"):
                     events = await score_batch(p.terms, batch)
+                batch = self.leave_out_unscored(batch, record)
+            if batch.groups:
                 with timer("advantages"):
                     set_advantages(batch, cfg.trainer.loss.std_normalize)
                 with timer("propose"):
@@ -206,7 +221,6 @@ class Orchestrator:
             if self.eval_prompts and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
                 with timer("eval"):
                     record.update(await self.worker.submit(lambda: self.evaluate(version)).wait())
-        rollouts = batch.rollouts
         tokens = sum(len(r.completion_ids) for r in rollouts)
         seconds = timer.seconds
         record.update({
@@ -220,11 +234,36 @@ class Orchestrator:
         p.run.log_metrics(record)
         log.debug("step", **{k: v for k, v in record.items() if not isinstance(v, dict)})
         self.next_step = step + 1
-        if (cfg.checkpoint_every and self.next_step % cfg.checkpoint_every == 0) or self.next_step == cfg.steps:
+        stop = next((why for t in p.terms if (why := t.stop_reason())), None)
+        due = cfg.checkpoint_every and self.next_step % cfg.checkpoint_every == 0
+        if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
+        if stop:
+            log.error("run.stopped", step=step, reason=stop)
+            raise RunStopped(f"{stop} (stopped after step {step}; checkpoint written: fix the cause, then "
+                             f"--resume {p.run.root})")
         return record
 
     # --- the phases ---------------------------------------------------------------------------------
+
+    def leave_out_unscored(self, batch: Batch, record: dict[str, Any]) -> Batch:
+        """`batch` without the groups that hold a rollout some term could not score: their rewards,
+        hence every advantage in the group, are unknown. Each rollout left out is marked
+        (`left_out`) and counted in `record`."""
+        kept, left_out = [], 0
+        for g in batch.groups:
+            if any(r.info.get("unscored") for r in g):
+                left_out += len(g)
+                for r in g:
+                    r.info["left_out"] = True
+            else:
+                kept.append(g)
+        self.left_out_total += left_out
+        if left_out:
+            log.warning("groups with unscored rollouts are left out of the update", step=batch.step,
+                        rollouts=left_out, total=self.left_out_total)
+        record.update({"left_out": left_out, "left_out_total": self.left_out_total})
+        return Batch(step=batch.step, groups=kept)
 
     async def collect(self, step: int, record: dict[str, Any]) -> tuple[Batch, float]:
         """Batch `step`, with stale rollouts dropped (counted in `record`), and its generation time."""
@@ -290,7 +329,8 @@ class Orchestrator:
         if rm is not None:
             await score_batch([rm], Batch(version, groups))
             metrics = {**metrics, "rm": statistics.fmean(r.scores["rm"] for r in rollouts)}
-        append_jsonl(self.p.run.root / "eval" / "task.jsonl", {"version": version, **metrics})
+        append_jsonl(self.p.run.eval_path, {"version": version, **metrics})
+        self.eval_rows += 1
         self.p.run.log_rollouts(version, rollouts, name="eval")
         return {f"eval/{k}": v for k, v in metrics.items()}
 

@@ -1,9 +1,14 @@
-"""`python -m dynalize.run [--config X.yaml] [--resume RUN_DIR] [key=value ...]`
+"""`python -m dynalize.run [--config X.yaml] [--resume RUN_DIR | --overwrite] [key=value ...]`
 
 Reads the config, builds the parts, runs the loop, prints a summary. The settings start from
 `--config`'s file, or from the run's saved config with `--resume`, or else from the defaults in
 dynalize/config.py; dotted overrides apply on top. With no arguments at all it runs the built-in
 demo, dynalize/assets/default.yaml (the sandbox task with Dynalize on, a few minutes on a CPU).
+
+Exit codes: 0 done; 2 bad input (one line: a config, a task, a run directory already in use, a
+resume that would change what the run is, no intact checkpoint); 3 the run stopped itself (one
+line, e.g. a judge that keeps failing; a checkpoint was written, `--resume` continues); 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -21,15 +26,17 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from .config import ConfigError, RunConfig, dump_config, load_config
-from .runlog import load_checkpoint
+from .checkpoint import resume_from
+from .config import ConfigError, RunConfig, dump_config, load_config, resume_conflict
+from .errors import RunStopped
+from .runlog import RunDir, read_jsonl
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
 log = structlog.get_logger("dynalize.run")
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)  # the stderr of the moment
     for noisy in ("httpx", "transformers", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import transformers
@@ -58,7 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.run", description=__doc__.splitlines()[0])
     ap.add_argument("--config", help="YAML experiment file (default: dynalize/config.py's defaults; with no "
                                      "arguments at all, the built-in sandbox demo)")
-    ap.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    ap.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest intact checkpoint "
+                    "(with --config, that file's settings, checked against the run's)")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="start afresh in a run directory already in use, moving the old one aside")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5 steps=40")
     return ap.parse_args(argv)
@@ -69,8 +79,12 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         saved = Path(args.resume) / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"config error: {args.resume} is not a run directory (no config.yaml)")
-        cfg = load_config(saved, args.overrides)
+        if args.overwrite:
+            raise ConfigError("config error: --resume continues a run and --overwrite replaces it: give one")
+        cfg = load_config(args.config or saved, args.overrides)
         cfg.output_dir, cfg.name = str(Path(args.resume).parent), Path(args.resume).name
+        if problem := resume_conflict(load_config(saved), cfg):
+            raise ConfigError(problem)
         return cfg
     return load_config(base_config(args), args.overrides)
 
@@ -103,22 +117,32 @@ def follow(cfg: RunConfig) -> None:
                       dtype=cfg.policy.dtype).serve()
 
 
-async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig") -> list[dict[str, Any]]:
+async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
+                overwrite: bool = False) -> list[dict[str, Any]]:
+    """Run (or with `resume`, continue) the training `cfg` describes (`base`: where its settings
+    started, for the log). A new run refuses a directory that holds files unless `overwrite`
+    (the old directory is then moved aside)."""
     from .build import build_parts
     from .loop import Orchestrator
 
     run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume and not overwrite and RunDir(run_dir).holds_run():
+        raise ConfigError(f"config error: {run_dir} already holds a run: continue it with --resume {run_dir}, "
+                          f"start afresh with --overwrite (the old directory is moved aside), or pick another name=")
     set_torch_threads(cfg.torch_threads)
     parts = build_parts(cfg)
+    if overwrite and not resume and parts.run.holds_run():
+        moved = parts.run.move_aside()
+        log.warning("overwrite: the earlier run was moved aside", run=str(run_dir), moved_to=str(moved))
     orchestrator = Orchestrator(parts)
     if resume:
-        ckpt = parts.run.latest_checkpoint()
-        if ckpt is None:
-            raise ConfigError(f"config error: {run_dir} has no checkpoint to resume from")
-        orchestrator.load_state_dict(load_checkpoint(ckpt, parts.learner))
-        parts.run.truncate(orchestrator.next_step)
-        log.info("resuming", run=str(run_dir), step=orchestrator.next_step)
+        ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner)
+        orchestrator.load_state_dict(state)
+        if "eval_rows" not in state and parts.run.eval_path.exists():  # a checkpoint from before eval_rows
+            orchestrator.eval_rows = len(read_jsonl(parts.run.eval_path))
+        parts.run.truncate(orchestrator.next_step, state.get("eval_rows"))
+        log.info("resuming", run=str(run_dir), step=orchestrator.next_step, checkpoint=ckpt.name)
+    parts.run.create()
     dump_config(cfg, run_dir / "config.yaml")
     log.info("run", name=cfg.name, dir=str(run_dir), config=base, task=cfg.task.name, steps=cfg.steps,
              terms=[t.name for t in parts.terms])
@@ -142,6 +166,12 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
     steps = len(history)
     t.add_row("steps", str(first["step"]), str(last["step"]))
     t.add_row("dropped rollouts (total)", "", str(last["dropped_total"]))
+    t.add_row("rollouts left out, unscored (total)", "", str(last.get("left_out_total", 0)))
+    for what, failed, of in (("judge: failed verdicts", "judge/failed_verdicts_total", "judge/verdicts_total"),
+                             ("proposer: failed proposals", "proposer/failed_total", "proposer/finished_total")):
+        if of in last:
+            n, total = int(last[failed]), int(last[of])
+            t.add_row(f"{what} (total)", "", f"{n} of {total} ({n / total:.1%})" if total else "0 of 0")
     t.add_row("rollouts/s (mean)", "", f"{statistics.fmean(h['rollouts_per_s'] for h in history):.1f}")
     t.add_row("step time s (mean)", "", f"{statistics.fmean(h['time/step'] for h in history):.2f} × {steps}")
     return t
@@ -161,16 +191,31 @@ def main(argv: list[str] | None = None) -> int:
         if not process_state().is_main_process:
             follow(cfg)
             return 0
-        history = anyio.run(train, cfg, bool(args.resume), describe_base(args))
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        history = anyio.run(train, cfg, bool(args.resume), describe_base(args), args.overwrite)
     except KeyboardInterrupt:
         print("interrupted: metrics and rollouts written so far are kept", file=sys.stderr)
         return 130
+    except BaseException as e:  # noqa: BLE001 - errors meant for the user come out of task groups too
+        if (err := _find(e, (ConfigError, FileNotFoundError))) is not None:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if (err := _find(e, (RunStopped,))) is not None:
+            print(f"stopped: {err}", file=sys.stderr)
+            return 3
+        raise
     if history:
         Console().print(summary_table(cfg, history))
     return 0
+
+
+def _find(e: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """`e`, or the first exception of one of `kinds` inside it (task groups wrap what they raise)."""
+    if isinstance(e, kinds):
+        return e
+    for inner in getattr(e, "exceptions", ()):
+        if (found := _find(inner, kinds)) is not None:
+            return found
+    return None
 
 
 if __name__ == "__main__":

@@ -1,20 +1,20 @@
 """A run on disk: metrics.jsonl, rollouts/step_NNNNNN.jsonl, `<term>.jsonl` event logs (e.g.
-penalties.jsonl), checkpoints/step_NNNNNN/.
+penalties.jsonl), eval/task.jsonl, checkpoints/step_NNNNNN/ (written and read by
+dynalize.checkpoint).
 
 Every line is flushed and fsynced as it is written, and rollout files are written whole then
-renamed, so a crash mid-run loses at most the step in flight and never leaves a broken line.
+renamed, so a crash mid-run loses at most the step in flight and never leaves a broken line. A
+run directory is never reused by accident: a new run refuses a directory that holds files,
+unless told to move it aside (`--overwrite`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import shutil
+import time
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from .types import Message, Rollout
 
@@ -50,15 +50,33 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 class RunDir:
-    """Paths and writers of one run directory."""
+    """Paths and writers of one run directory. Nothing is written until `create()`."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.metrics_path = self.root / "metrics.jsonl"
         self.rollouts_dir = self.root / "rollouts"
         self.checkpoints_dir = self.root / "checkpoints"
-        for d in (self.root, self.rollouts_dir, self.checkpoints_dir):
+        self.eval_path = self.root / "eval" / "task.jsonl"
+
+    def create(self) -> None:
+        for d in (self.root, self.rollouts_dir, self.checkpoints_dir, self.eval_path.parent):
             d.mkdir(parents=True, exist_ok=True)
+
+    def holds_run(self) -> bool:
+        """Whether the directory holds any file (an earlier run, or anything else)."""
+        return self.root.is_dir() and any(p.is_file() for p in self.root.rglob("*"))
+
+    def move_aside(self) -> Path:
+        """Rename the directory to `<name>.replaced-<time>` (kept whole: delete it yourself)."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = self.root.with_name(f"{self.root.name}.replaced-{stamp}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.root.with_name(f"{self.root.name}.replaced-{stamp}-{n}")
+        os.replace(self.root, target)
+        return target
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         append_jsonl(self.metrics_path, record)
@@ -71,18 +89,17 @@ class RunDir:
         for e in events:
             append_jsonl(self.root / f"{name}.jsonl", e)
 
-    def truncate(self, from_step: int) -> None:
-        """On resume: forget the metric and event lines of steps ≥ from_step (they run again)."""
+    def truncate(self, from_step: int, eval_rows: int | None = None) -> None:
+        """On resume: forget the metric and event lines of steps ≥ from_step (they run again), and
+        the held-out evaluations after the first `eval_rows` (None: keep them all)."""
         for path in sorted(self.root.glob("*.jsonl")):
             keep = [r for r in read_jsonl(path) if r.get("step", -1) < from_step]
             write_jsonl_atomic(path, keep)
+        if eval_rows is not None and self.eval_path.exists():
+            write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
 
     def checkpoint_path(self, step: int) -> Path:
         return self.checkpoints_dir / f"step_{step:06d}"
-
-    def latest_checkpoint(self) -> Path | None:
-        done = sorted(p for p in self.checkpoints_dir.glob("step_*") if (p / "state.json").exists())
-        return done[-1] if done else None
 
 
 def rollout_to_state(r: Rollout) -> dict[str, Any]:
@@ -101,35 +118,3 @@ def rollout_from_state(d: dict[str, Any]) -> Rollout:
     d["messages"] = [Message(**m) for m in d["messages"]]
     d["turns"] = [Message(**m) for m in d.get("turns", [])]
     return Rollout(**d)
-
-
-def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-
-
-def save_checkpoint(path: Path, learner: Any, state: dict[str, Any]) -> None:
-    """Learner (policy + optimizer), RNG and the orchestrator's `state` (its batches generated
-    ahead go to inflight.json), written to a temporary folder then renamed."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    learner.save(str(tmp))
-    torch.save(rng_state(), tmp / "rng.pt")
-    state = dict(state)
-    (tmp / "inflight.json").write_text(json.dumps(state.pop("inflight", {})))
-    (tmp / "state.json").write_text(json.dumps(state, indent=1))
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path, learner: Any) -> dict[str, Any]:
-    """Restore the learner and RNG from `path`; return the orchestrator's state."""
-    learner.load(str(path))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    state = json.loads((path / "state.json").read_text())
-    state["inflight"] = json.loads((path / "inflight.json").read_text())
-    return state

@@ -1,5 +1,7 @@
 """A toy task for tests: reward is the share of vowels among a reply's letters."""
 
+import anyio
+
 from dynalize.backends.base import RewardModel
 from dynalize.tasks.base import Task, TaskArgs
 from dynalize.types import Message, Prompt
@@ -13,13 +15,19 @@ def vowel_share(text: str) -> float:
 
 
 class VowelRM(RewardModel):
+    def __init__(self, delay: float = 0.0):
+        self.delay = delay
+
     async def score(self, items):
+        await anyio.sleep(self.delay)
         return [vowel_share(x if isinstance(x, str) else x[-1].content) for x in items]
 
 
 class ToyArgs(TaskArgs):
     n_topics: int = 12
     """How many topics to use."""
+    rm_delay: float = 0.0
+    """Seconds the RM takes per batch (to make steps last, e.g. for crash tests)."""
 
 
 class ToyTask(Task):
@@ -31,7 +39,7 @@ class ToyTask(Task):
         return [Prompt(f"{split}-{t}", [Message("user", f"Write about the {t}.")]) for t in topics]
 
     def reward_model(self):
-        return VowelRM()
+        return VowelRM(self.args.rm_delay)
 
     async def evaluate(self, prompts, replies):
         return {"vowels": sum(map(vowel_share, replies)) / len(replies)}

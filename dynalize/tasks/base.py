@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..backends.base import RewardModel, RMInput
-from ..errors import ConfigError, one_line
+from ..errors import ConfigError, describe, one_line
 from ..plugins import import_object
 from ..types import Message, Prompt
 
@@ -93,10 +93,33 @@ def task_class(name: str) -> type[Task]:
 
 
 def build_task(name: str, args: dict[str, Any], seed: int) -> Task:
-    """Instantiate a task, validating its `args` against the task's own Args model."""
+    """Instantiate a task, validating its `args` against the task's own Args model. A task that
+    raises while starting (a missing file, a bad column) stops the run with one line."""
     cls = task_class(name)
     try:
         parsed = cls.Args.model_validate(args)
     except ValidationError as e:
         raise ConfigError(one_line(e, loc_prefix="task.args.")) from None
-    return cls(parsed, seed=seed)
+    try:
+        return cls(parsed, seed=seed)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the task's own code: report it, in one line
+        raise ConfigError(f"task {name!r} failed to start: {describe(e)}") from None
+
+
+def task_prompts(task: Task, name: str, split: Split) -> list[Prompt]:
+    """`task.prompts(split)`, checked: each is a Prompt with at least one message.
+    A task that raises, or a bad prompt, stops the run with one line."""
+    try:
+        prompts = list(task.prompts(split))
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the task's own code: report it, in one line
+        raise ConfigError(f"task {name!r} failed to give its {split} prompts: {describe(e)}") from None
+    for i, p in enumerate(prompts):
+        if not isinstance(p, Prompt):
+            raise ConfigError(f"task {name!r}: {split} prompt {i} is a {type(p).__name__}, not a Prompt")
+        if not p.messages:
+            raise ConfigError(f"task {name!r}: {split} prompt {p.id!r} has an empty message list")
+    return prompts
