@@ -6,11 +6,13 @@ use, a resume that would change what the run is."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 from pathlib import Path
 
 import anyio
 import pytest
+import structlog
 
 from dynalize.config import load_config
 from dynalize.run import main, train
@@ -39,6 +41,17 @@ class NoEvalTask(ToyTask):
 def one_short(texts):
     """A reward function that drops the last score."""
     return [1.0] * (len(texts) - 1)
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """`main(["--log-level", "ERROR", ...])` configures logging for the process: undo it after."""
+    saved, root = structlog.get_config(), logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def toy(tmp_path: Path, name: str = "run") -> list[str]:

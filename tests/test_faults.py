@@ -177,7 +177,6 @@ def test_flaky_api_run_finishes_and_counts_exactly_the_verdicts_never_given(tmp_
     assert max(r["size"] for r in server.requests) < 40_000  # a 150 KB bad reply went back cut
 
 
-@pytest.mark.xfail(strict=False, reason="issue 21 (proposer pipeline) keeps every accepted proposal until applied")
 def test_nothing_the_proposer_accepted_is_lost_under_latency(tmp_path):
     answer = SaneModel()
     plan = FaultPlan(answer, [], rate=0.3, seed=1)
