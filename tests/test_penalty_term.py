@@ -186,20 +186,25 @@ def test_score_never_waits_for_a_slow_proposer():
     assert in_flight_steps >= 3 and landed >= 4  # training went on while the proposer slept
 
 
-def test_failing_proposer_is_counted_and_training_goes_on():
+def drive(eng, steps, read):
+    """Score and observe `steps` batches as the loop does; what `read(eng)` says after each step."""
     async def main():
-        eng = term(FakeProposer(error=RuntimeError("proposer exploded")), RegexJudge(), every=2)
-        metrics = []
+        out = []
         async with anyio.create_task_group() as tg:
-            for step in range(6):
+            for step in range(steps):
                 batch = hacked_batch(step)
                 await score(eng, batch)
                 eng.observe(batch, tg)
                 await anyio.sleep(0.01)
-                metrics.append(eng.metrics())
-        return eng, metrics
+                out.append(read(eng))
+        return out
 
-    eng, metrics = anyio.run(main)
+    return anyio.run(main)
+
+
+def test_failing_proposer_is_counted_and_training_goes_on():
+    eng = term(FakeProposer(error=RuntimeError("proposer exploded")), RegexJudge(), every=2)
+    metrics = drive(eng, 6, lambda e: e.metrics())
     assert eng.totals["proposer/failed"] == 3 and eng.totals.get("proposer/accepted", 0) == 0
     assert [m["proposer/failed"] for m in metrics] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
     assert len(eng.buffer.all()) == 0 and not eng.in_flight
@@ -517,20 +522,9 @@ def test_judge_failing_more_than_the_rate_over_the_window_stops_the_run():
 
 
 def test_proposer_failing_proposal_after_proposal_stops_the_run():
-    async def main():
-        cfg = PenaltiesConfig(enabled=True, every=1, proposer={"max_failed_proposals": 3})
-        eng = PenaltyTerm(cfg, FakeProposer(error=RuntimeError("HTTP 401 invalid key")), RegexJudge())
-        reasons = []
-        async with anyio.create_task_group() as tg:
-            for step in range(4):
-                batch = hacked_batch(step)
-                await score(eng, batch)
-                eng.observe(batch, tg)
-                await anyio.sleep(0.01)
-                reasons.append(eng.stop_reason())
-        return eng, reasons
-
-    eng, reasons = anyio.run(main)
+    cfg = PenaltiesConfig(enabled=True, every=1, proposer={"max_failed_proposals": 3})
+    eng = PenaltyTerm(cfg, FakeProposer(error=RuntimeError("HTTP 401 invalid key")), RegexJudge())
+    reasons = drive(eng, 4, lambda e: e.stop_reason())
     assert reasons[:2] == [None, None]
     assert reasons[2] == ("the proposer failed its last 3 proposals (penalties.proposer.max_failed_proposals=3); "
                           "last error: RuntimeError: HTTP 401 invalid key")
