@@ -34,11 +34,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import grpo
 from .backends.base import Generator, Learner, SamplingParams
+from .checkpoint import save_checkpoint
 from .config import RunConfig
 from .errors import RunStopped
 from .rewards.base import RewardTerm, score_batch
 from .rollouts import sample_groups
-from .checkpoint import save_checkpoint
 from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
 from .tasks.base import Task

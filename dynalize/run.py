@@ -36,7 +36,7 @@ log = structlog.get_logger("dynalize.run")
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)  # the stderr of the moment
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)  # stderr of the moment
     for noisy in ("httpx", "transformers", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import transformers

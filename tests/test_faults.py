@@ -118,7 +118,8 @@ def toy(tmp_path: Path, steps: int, *extra: str) -> list[str]:
 def chat(role: str, url: str, **kw) -> list[str]:
     settings = {"engine": "openai", "base_url": url, "model": "fault", "api_key_env": None, "timeout": 1.0,
                 "max_retries": 3, "retry_wait": 0.05, "max_response_bytes": 200_000, **kw}
-    return [f"penalties.{role}.engine=llm", *(f"penalties.{role}.chat.{k}={json.dumps(v)}" for k, v in settings.items())]
+    prefix = f"penalties.{role}"
+    return [f"{prefix}.engine=llm", *(f"{prefix}.chat.{k}={json.dumps(v)}" for k, v in settings.items())]
 
 
 def closed_port_url() -> str:

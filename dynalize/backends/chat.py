@@ -127,10 +127,10 @@ async def chat_json(model: ChatModel, messages: list[Message], schema: dict[str,
 
     Passes `json_schema=schema` where the engine supports it. A reply that yields no usable JSON
     (or fails the light schema check, or `check(value)` names a problem) is retried, up to
-    `retries` attempts in all, with the bad
-    reply (its first `ECHO_CHARS` characters) and a short correction appended to the
-    conversation; then `ChatJSONError` is raised. Parsing runs in a worker thread, never on the
-    event loop. Engine errors (timeouts, HTTP failures) propagate: engines retry those themselves.
+    `retries` attempts in all, with the bad reply (its first `ECHO_CHARS` characters) and a short
+    correction appended to the conversation; then `ChatJSONError` is raised. Parsing runs in a
+    worker thread, never on the event loop. Engine errors (timeouts, HTTP failures) propagate:
+    engines retry those themselves.
     """
     if retries < 1:
         raise ValueError(f"retries must be >= 1, got {retries}")

@@ -92,8 +92,8 @@ class OpenAIChatModel(ChatModel):
                  timeout: float = 60.0, max_retries: int = 5, max_concurrency: int = 16,
                  default_sampling: dict[str, Any] | None = None, retry_wait: float = 0.5,
                  max_wait: float = 60.0, max_response_bytes: int = 1_048_576):
-        if api_key_env and env_name_problem(api_key_env):
-            raise EngineError(f"api_key_env {env_name_problem(api_key_env)}")  # the value is never echoed
+        if api_key_env and (problem := env_name_problem(api_key_env)):
+            raise EngineError(f"api_key_env {problem}")  # the value itself is never echoed
         self.base_url = base_url.rstrip("/")
         """Endpoint root including `/v1`; requests go to `<base_url>/chat/completions`."""
         self.model = model
