@@ -13,6 +13,7 @@ import logging
 import os
 import statistics
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .config import ConfigError, RunConfig, dump_config, load_config
+from .hooks import HookError
 from .runlog import load_checkpoint
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
@@ -133,7 +135,8 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
     t.add_column("metric")
     t.add_column("first", justify="right")
     t.add_column("last", justify="right")
-    rows = ["reward/mean", "rm/mean", "gen_len/mean", "loss", "eval/gold", "eval/rm", "penalties/active"]
+    eval_keys = dict.fromkeys(k for h in history for k in h if k.startswith("eval/"))  # the task's own too
+    rows = ["reward/mean", "rm/mean", "gen_len/mean", "loss", *eval_keys, "penalties/active"]
     first, last = history[0], history[-1]
     for key in rows:
         evals = [h[key] for h in history if key in h]
@@ -165,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except HookError as e:  # task code failed: which hook of which task, then the task's own traceback
+        print(f"error: {e}", "".join(traceback.format_exception(e.error)), sep="\n", end="", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: metrics and rollouts written so far are kept", file=sys.stderr)
         return 130
