@@ -18,6 +18,7 @@ from .backends.chat import LimitedChatModel, ScriptedChatModel
 from .backends.config import ChatModelConfig
 from .config import RunConfig
 from .errors import ConfigError, one_line
+from .hooks import declares
 from .loop import Parts
 from .penalties.buffer import PenaltyBuffer
 from .penalties.config import PenaltiesConfig
@@ -132,7 +133,8 @@ def build_reward_model(cfg: RunConfig, task: Task) -> RewardModel:
 
         if not rm.path or ":" not in rm.path:
             raise UnknownEngineError("reward_model.path must be 'module:function' for engine 'python'")
-        return FunctionRewardModel(import_object(rm.path, "reward function"), name=rm.path)
+        fn = import_object(rm.path, "reward function")
+        return FunctionRewardModel(fn, name=rm.path, pass_prompts=declares(fn, "prompts"))
     raise _unknown("reward model", rm.engine, REWARD_MODELS)
 
 
@@ -161,7 +163,8 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
 
 def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
     """The terms whose sum is the reward: the RM, and Dynalize's penalties when enabled."""
-    terms: list[RewardTerm] = [RMTerm(build_reward_model(cfg, task), task)]
+    owner = f"reward function {cfg.reward_model.path}" if cfg.reward_model.engine == "python" else None
+    terms: list[RewardTerm] = [RMTerm(build_reward_model(cfg, task), task, owner)]
     if cfg.penalties.enabled:
         terms.append(build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed))
     return terms

@@ -37,6 +37,7 @@ from .backends.base import Generator, Learner, SamplingParams
 from .checkpoint import save_checkpoint
 from .config import RunConfig
 from .errors import RunStopped
+from .hooks import optional, owner_name, unwrap_hook_errors, user_code
 from .rewards.base import RewardTerm, score_batch
 from .rollouts import sample_groups
 from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
@@ -166,6 +167,12 @@ class Orchestrator:
     # --- the run ----------------------------------------------------------------------------------
 
     async def run(self) -> list[dict[str, Any]]:
+        """Train up to `cfg.steps`; the metrics of each step. Task code that fails raises one
+        HookError (dynalize.hooks), not the task groups' nested exception groups."""
+        with unwrap_hook_errors():
+            return await self._run()
+
+    async def _run(self) -> list[dict[str, Any]]:
         cfg, p = self.p.cfg, self.p
         p.run.create()
         async with anyio.create_task_group() as tg:
@@ -324,7 +331,12 @@ class Orchestrator:
         rollouts = [r for g in groups for r in g]
         replies = [r.replies[-1] for r in rollouts]
         prompts = [pr for pr in self.eval_prompts for _ in range(n)]
-        metrics = await self.p.task.evaluate(prompts, replies)
+        task = self.p.task
+        with user_code(owner_name("task", task), "evaluate"):
+            metrics = await task.evaluate(prompts, replies, **optional(
+                task.evaluate, conversations=[r.conversation for r in rollouts]))
+            if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
+                raise TypeError(f"returned {metrics!r:.80}, not a dict of metric name → number")
         rm = self.p.term("rm")
         if rm is not None:
             await score_batch([rm], Batch(version, groups))

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from .backends.base import Completion, Generator, SamplingParams
+from .hooks import optional, owner_name, unwrap_hook_errors, user_code
 from .schedule import derived_seed
 from .tasks.base import Task
 from .types import Message, Prompt, Rollout
@@ -92,7 +93,8 @@ class _Episode:
         self.completion_ids += c.token_ids
         self.logprobs += c.logprobs
         self.loss_mask += [1] * len(c.token_ids)
-        reasoning, reply = task.split_reasoning(c.text)
+        with user_code(owner_name("task", task), "split_reasoning"):
+            reasoning, reply = task.split_reasoning(c.text)
         self.replies.append(reply)
         self.reasoning.append(reasoning)  # aligned with replies ("" where there was none)
         self.turns.append(Message("assistant", reply))
@@ -143,16 +145,23 @@ async def sample_groups(
 
 
 async def _user_turns(task: Task, tokenizer: Any, episodes: list[_Episode], stops: list[str | None]) -> None:
-    """Ask the simulated user for each conversation's next message, concurrently. `stops[i]`: the
-    text of the token episode i's last reply stopped on (None: it ran out of tokens)."""
+    """Ask the simulated user for each conversation's next message, concurrently (with the
+    conversation's Prompt when `user_reply` names a `prompt` argument). `stops[i]`: the text of
+    the token episode i's last reply stopped on (None: it ran out of tokens). A failing
+    `user_reply` raises one HookError, however many conversations it failed in."""
+    owner = owner_name("task", task)
 
     async def one(e: _Episode, stop: str | None) -> None:
-        user = await task.user_reply(e.conversation)
+        with user_code(owner, "user_reply"):
+            user = await task.user_reply(e.conversation, **optional(task.user_reply, prompt=e.prompt))
+            if user is not None and not isinstance(user, str):
+                raise TypeError(f"returned a {type(user).__name__}, not a str or None")
         if user is None:
             e.done = True
             return
         e.add_user(between_turns_ids(tokenizer, e.conversation[:-1], user, stop), user)
 
-    async with anyio.create_task_group() as tg:
-        for e, stop in zip(episodes, stops):
-            tg.start_soon(one, e, stop)
+    with unwrap_hook_errors():
+        async with anyio.create_task_group() as tg:
+            for e, stop in zip(episodes, stops):
+                tg.start_soon(one, e, stop)

@@ -18,6 +18,7 @@ import logging
 import os
 import statistics
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from rich.table import Table
 from .checkpoint import resume_from
 from .config import ConfigError, RunConfig, dump_config, load_config, resume_conflict
 from .errors import RunStopped
+from .hooks import HookError
 from .runlog import RunDir, read_jsonl
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
@@ -157,7 +159,8 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
     t.add_column("metric")
     t.add_column("first", justify="right")
     t.add_column("last", justify="right")
-    rows = ["reward/mean", "rm/mean", "gen_len/mean", "loss", "eval/gold", "eval/rm", "penalties/active"]
+    eval_keys = dict.fromkeys(k for h in history for k in h if k.startswith("eval/"))  # the task's own too
+    rows = ["reward/mean", "rm/mean", "gen_len/mean", "loss", *eval_keys, "penalties/active"]
     first, last = history[0], history[-1]
     for key in rows:
         evals = [h[key] for h in history if key in h]
@@ -202,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         if (err := _find(e, (RunStopped,))) is not None:
             print(f"stopped: {err}", file=sys.stderr)
             return 3
+        if isinstance(err := _find(e, (HookError,)), HookError):  # task code failed: which hook of which
+            print(f"error: {err}", "".join(traceback.format_exception(err.error)),  # task, then its traceback
+                  sep="\n", end="", file=sys.stderr)
+            return 1
         raise
     if history:
         Console().print(summary_table(cfg, history))

@@ -36,6 +36,8 @@ class Prompt:
     id: str
     messages: list[Message]
     meta: dict[str, Any] = field(default_factory=dict)
+    """Per-prompt data that task hooks and reward terms read (an answer, a persona, a rubric);
+    JSON-ready, since rollouts carry it into checkpoints."""
 
 
 def exchanges(messages: list[Message], turns: list[Message]) -> list[tuple[list[Message], str]]:
@@ -88,6 +90,16 @@ class Rollout:
     def text(self) -> str:
         """The policy's replies, joined; the whole reply for single-turn rollouts."""
         return "\n\n".join(self.replies)
+
+    @property
+    def prompt(self) -> Prompt:
+        """The prompt this rollout answers (its id, messages and meta)."""
+        return Prompt(self.prompt_id, self.messages, self.meta)
+
+    @property
+    def conversation(self) -> list[Message]:
+        """The whole conversation: the prompt's messages, then every reply and user turn."""
+        return [*self.messages, *self.turns]
 
     def exchanges(self) -> list[tuple[list[Message], str]]:
         """Each policy reply with the conversation up to it: what the reply answers."""

@@ -3,6 +3,7 @@ multi-turn scoring, and short training runs."""
 
 import hashlib
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -270,6 +271,39 @@ def test_user_reply_ends_on_empty_and_reads_a_persona_file(tmp_path):
         multiturn(tmp_path, persona_file=str(tmp_path / "missing.txt"))
     with pytest.raises(ConfigError, match="task.args.user_simulator.engine"):
         multiturn(tmp_path, user_simulator={"engine": "telepathy"})
+
+
+def test_each_conversation_is_played_with_the_persona_of_its_row(tmp_path, tok):
+    rows = [{"id": "a", "messages": [{"role": "user", "content": "hi"}],
+             "meta": {"persona": "You are Ana. Say {end_marker} to stop.", "age": 29}},
+            {"id": "b", "messages": [{"role": "user", "content": "hello"}]}]
+    task = build_task("counseling_multiturn", {"train_file": jsonl(tmp_path / "p.jsonl", rows), "eval_fraction": 0,
+                                               "persona": "You are the default patient.", "end_marker": "BYE"}, 0)
+    a, b = task.prompts("train")
+    assert a.meta == {"persona": "You are Ana. Say {end_marker} to stop.", "age": 29} and b.meta == {}
+    task.simulator = ScriptedChatModel(lambda msgs: "BYE")
+    anyio.run(sample_groups, FakeGenerator(tok), tok, task, [a, b], 2, SamplingParams())
+    # the patient model's system message, by the conversation's opening line (its own, after the cue)
+    seen = {call[2].content: call[0].content for call in task.simulator.calls}
+    assert seen == {"hi": "You are Ana. Say BYE to stop.", "hello": "You are the default patient."}
+    assert len(task.simulator.calls) == 4
+
+
+def test_row_meta_is_an_object_in_jsonl_and_csv_and_persona_must_be_text(tmp_path):
+    csv = tmp_path / "p.csv"
+    csv.write_text('id,messages,meta\nx,"[{""role"": ""user"", ""content"": ""hi""}]","{""persona"": ""Sam""}"\n'
+                   'y,"[{""role"": ""user"", ""content"": ""yo""}]",\n', encoding="utf-8")
+    task = build_task("counseling", {"train_file": str(csv), "eval_fraction": 0}, 0)
+    assert [p.meta for p in task.prompts("train")] == [{"persona": "Sam"}, {}]
+    for meta, problem in [([1, 2], "field 'meta' must be an object (key: value), got list"),
+                          ("{not json", "field 'meta' is not a JSON object")]:
+        data = jsonl(tmp_path / "bad.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "meta": meta}])
+        with pytest.raises(DataError, match=rf"^data error: {data} line 1: {re.escape(problem)}$"):
+            build_task("counseling", {"train_file": data, "eval_fraction": 0}, 0)
+    data = jsonl(tmp_path / "bad.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "meta": {"persona": 7}}])
+    build_task("counseling", {"train_file": data, "eval_fraction": 0}, 0)  # single-turn: no persona to play
+    with pytest.raises(DataError, match="line 1: meta.persona must be a non-empty string"):
+        build_task("counseling_multiturn", {"train_file": data, "eval_fraction": 0}, 0)
 
 
 def test_offline_patient_answers_then_ends(tmp_path):

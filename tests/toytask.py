@@ -1,8 +1,9 @@
-"""A toy task for tests: reward is the share of vowels among a reply's letters."""
+"""A toy task for tests: reward is the share of vowels among a reply's letters; and a generator
+whose replies a test scripts."""
 
 import anyio
 
-from dynalize.backends.base import RewardModel
+from dynalize.backends.base import Completion, Generator, RewardModel
 from dynalize.tasks.base import Task, TaskArgs
 from dynalize.types import Message, Prompt
 
@@ -43,3 +44,22 @@ class ToyTask(Task):
 
     async def evaluate(self, prompts, replies):
         return {"vowels": sum(map(vowel_share, replies)) / len(replies)}
+
+
+class ScriptedGenerator(Generator):
+    """A generator that answers each prompt (its chat-template text, decoded) with `reply(text)`,
+    as token ids of `tokenizer`: tests choose what the policy says."""
+
+    def __init__(self, tokenizer, reply):
+        self.tok, self.reply = tokenizer, reply
+
+    async def generate(self, prompts, sampling):
+        out = []
+        for ids in prompts:
+            text = self.reply(self.tok.decode(ids))
+            tokens = self.tok(text, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            out.append(Completion(tokens, [-0.5] * len(tokens), text, "stop"))
+        return out
+
+    async def update_weights(self, state, version):
+        self.version = version

@@ -93,7 +93,11 @@ RMInput = str | list[Message]
 
 
 class RewardModel(abc.ABC):
-    """A scalar reward model (Bradley–Terry or a plain function)."""
+    """A scalar reward model (Bradley–Terry or a plain function).
+
+    A `score` that also names a `prompts` parameter gets, aligned with `items`, the `Prompt` each
+    item answers (its id, messages and `meta`: a per-prompt answer, say); one that does not is
+    called with the items alone (see dynalize.hooks)."""
 
     @abc.abstractmethod
     async def score(self, items: list[RMInput]) -> list[float]:

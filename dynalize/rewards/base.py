@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.abc
 
+from ..hooks import unwrap_hook_errors
 from ..types import Batch
 
 
@@ -84,9 +85,10 @@ async def score_batch(terms: list[RewardTerm], batch: Batch) -> dict[str, list[d
     async def run(term: RewardTerm) -> None:
         results[term.name] = await term.score(batch)
 
-    async with anyio.create_task_group() as tg:
-        for term in terms:
-            tg.start_soon(run, term)
+    with unwrap_hook_errors():  # a task hook failing in a term: its one error, not a group
+        async with anyio.create_task_group() as tg:
+            for term in terms:
+                tg.start_soon(run, term)
     for term in terms:
         got = results[term.name]
         if len(got.values) != len(rollouts):

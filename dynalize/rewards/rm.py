@@ -4,42 +4,53 @@ from __future__ import annotations
 
 import statistics
 
+from ..backends.base import EngineError, RewardModel, RMInput
 from ..backends.base import RewardModel, RMInput
-from ..errors import ConfigError
+from ..hooks import optional, owner_name, user_code
 from ..tasks.base import Task
-from ..types import Batch, Rollout
+from ..types import Batch, Prompt, Rollout
 from .base import RewardTerm, TermScores
 
 
 def rm_inputs(task: Task, rollout: Rollout) -> list[RMInput]:
-    """What the RM reads for each policy reply: the task's view of the reply and the conversation up to it."""
-    return [task.rm_input(conversation, reply) for conversation, reply in rollout.exchanges()]
+    """What the RM reads for each policy reply: the task's view of the reply and the conversation
+    up to it (and of the rollout's prompt, when `rm_input` names a `prompt` argument)."""
+    extra = optional(task.rm_input, prompt=rollout.prompt)
+    with user_code(owner_name("task", task), "rm_input"):
+        return [task.rm_input(conversation, reply, **extra) for conversation, reply in rollout.exchanges()]
 
 
 class RMTerm(RewardTerm):
     """`scores["rm"]`: the RM's mean over a rollout's policy replies (one reply when single-turn).
 
     What the RM reads of a reply is the task's choice (`Task.rm_input`). All replies of a batch
-    go to the RM in one call. Records `rm_scores` (per reply) and `rm_score` (their mean).
+    go to the RM in one call, with each reply's `Prompt` when its `score` names `prompts`.
+    Records `rm_scores` (per reply) and `rm_score` (their mean). `owner` names the reward model
+    in errors (default: its class).
     """
 
     name = "rm"
 
-    def __init__(self, reward_model: RewardModel, task: Task):
+    def __init__(self, reward_model: RewardModel, task: Task, owner: str | None = None):
         self.reward_model = reward_model
         self.task = task
+        self.owner = owner or owner_name("reward model", reward_model)
 
     async def score(self, batch: Batch) -> TermScores:
         rollouts = batch.rollouts
-        owners, inputs = [], []
+        owners: list[int] = []
+        inputs: list[RMInput] = []
+        prompts: list[Prompt] = []
         for i, r in enumerate(rollouts):
+            prompt = r.prompt
             for x in rm_inputs(self.task, r):
                 owners.append(i)
                 inputs.append(x)
-        scores = await self.reward_model.score(inputs)
-        if len(scores) != len(inputs):  # a user's reward function, most likely: one line, exit 2
-            raise ConfigError(f"reward model error: it returned {len(scores)} scores for {len(inputs)} "
-                              f"replies (one score per reply is needed)")
+                prompts.append(prompt)
+        with user_code(self.owner, "score"):  # a reward function's own errors are ConfigErrors: one line
+            scores = await self.reward_model.score(inputs, **optional(self.reward_model.score, prompts=prompts))
+            if len(scores) != len(inputs):
+                raise EngineError(f"returned {len(scores)} scores for {len(inputs)} replies")
         per: list[list[float]] = [[] for _ in rollouts]
         for i, s in zip(owners, scores):
             per[i].append(float(s))

@@ -5,6 +5,10 @@ reply by default, or several with a simulated user between them), what the rewar
 a reply, and a short description of the domain that proposer and judge prompts include.
 
 A new domain is one subclass plus one YAML file naming it as `my_pkg.my_module:MyTask`.
+
+Hooks that read per-prompt data (an answer, a persona, a rubric: `Prompt.meta`) declare an
+optional `prompt` argument (`evaluate`: `conversations`); dynalize passes it only to hooks whose
+signature names it, so tasks without it run unchanged (dynalize.hooks).
 """
 
 from __future__ import annotations
@@ -44,24 +48,31 @@ class Task(abc.ABC):
     def prompts(self, split: Split) -> list[Prompt]:
         """The prompts of a split, in a fixed order (the loop shuffles by seed)."""
 
-    def rm_input(self, conversation: list[Message], reply: str) -> RMInput:
-        """What the RM reads for `reply` to `conversation`: by default the chat with the reply."""
+    def rm_input(self, conversation: list[Message], reply: str, prompt: Prompt | None = None) -> RMInput:
+        """What the RM reads for `reply` to `conversation` (everything before the reply: the
+        prompt's messages, then earlier replies and user turns) of `prompt`: by default the chat
+        with the reply."""
         return [*conversation, Message("assistant", reply)]
 
     def split_reasoning(self, reply: str) -> tuple[str, str]:
         """(reasoning, final reply). RM and judge see only the final reply. Default: no reasoning."""
         return "", reply
 
-    async def user_reply(self, conversation: list[Message]) -> str | None:
-        """Multi-turn only: the simulated user's next message, or None to end the conversation."""
+    async def user_reply(self, conversation: list[Message], prompt: Prompt | None = None) -> str | None:
+        """Multi-turn only: the simulated user's next message, or None to end the conversation.
+        `conversation`: the prompt's messages and every turn since, ending with the policy's
+        latest reply; `prompt`: the prompt it started from (e.g. a persona in its `meta`)."""
         return None
 
     def reward_model(self) -> RewardModel | None:
         """A reward model the task supplies itself (config `reward_model.engine: task`)."""
         return None
 
-    async def evaluate(self, prompts: list[Prompt], replies: list[str]) -> dict[str, float]:
-        """Optional held-out quality metrics (e.g. the sandbox's gold score) for eval-split replies."""
+    async def evaluate(self, prompts: list[Prompt], replies: list[str],
+                       conversations: list[list[Message]] | None = None) -> dict[str, float]:
+        """Optional held-out quality metrics (e.g. the sandbox's gold score), logged as
+        `eval/<name>`. One entry per eval rollout: its prompt, its last policy reply, and its
+        whole conversation (the prompt's messages, then every reply and user turn)."""
         return {}
 
 

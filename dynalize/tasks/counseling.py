@@ -1,13 +1,15 @@
 """Counselling: the policy writes a counsellor's next reply; single-turn and multi-turn.
 
-Data (docs/data_formats.md): rows `{"id", "messages": [{"role", "content"}, ...]}` whose last
-message is from the person seeking support (`user`). The RM reads the conversation plus the
-reply as a chat (its own chat template applies). A reasoning block (`<think>…</think>` by
-default) is split off the reply: RM and judge see only the final reply.
+Data (docs/data_formats.md): rows `{"id", "messages": [{"role", "content"}, ...], "meta": {...}}`
+whose last message is from the person seeking support (`user`); `meta` (optional) becomes the
+prompt's `Prompt.meta`. The RM reads the conversation plus the reply as a chat (its own chat
+template applies). A reasoning block (`<think>…</think>` by default) is split off the reply: RM
+and judge see only the final reply.
 
 `counseling_multiturn` continues each conversation for up to `max_turns` (≤ 4) policy replies,
 with a simulated patient (any ChatModel) answering in between; the patient ends the session by
-writing the end marker. The loop scores every policy reply and averages.
+writing the end marker. Each conversation's patient follows its row's `meta.persona`, or the
+task's persona when the row has none. The loop scores every policy reply and averages.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..backends.config import ChatModelConfig
 from ..errors import ConfigError
 from ..types import Message, Prompt
 from .base import Split, Task
-from .data import DataArgs, Row, load_splits, missing, read_rows, read_text_file, short_hash
+from .data import DataArgs, Row, load_splits, missing, read_rows, read_text_file, row_meta, short_hash
 from .text import length_metrics, split_reasoning_tags
 
 ROLES = {
@@ -97,8 +99,12 @@ class CounselingTask(Task):
             if pid in seen:
                 raise row.fail(f"duplicate id {pid!r} (first at {seen[pid]})")
             seen[pid] = row.where
-            prompts.append(Prompt(pid, messages))
+            prompts.append(Prompt(pid, messages, self.row_meta(row)))
         return prompts
+
+    def row_meta(self, row: Row) -> dict[str, Any]:
+        """A row's `meta` object (per-prompt data hooks read), {} when it has none."""
+        return row_meta(row)
 
     def prompts(self, split: Split) -> list[Prompt]:
         return list(self._prompts[split])
@@ -152,7 +158,8 @@ class CounselingMultiturnArgs(CounselingArgs):
                                                       path="dynalize.tasks.counseling:offline_patient")
     """The chat model playing the patient (default: a scripted offline stand-in)."""
     persona: str | None = None
-    """The patient's system prompt (`{end_marker}` is filled in); None = the built-in one."""
+    """The patient's system prompt (`{end_marker}` is filled in) for conversations whose row has
+    no `meta.persona` of its own; None = the built-in one."""
     persona_file: str | None = None
     """A UTF-8 file holding the patient's system prompt, instead of `persona`."""
     end_marker: str = Field("[END]", min_length=1)
@@ -199,19 +206,33 @@ class CounselingMultiturnTask(CounselingTask):
     def simulator(self, model: ChatModel) -> None:
         self._simulator = model
 
-    def simulator_messages(self, conversation: list[Message]) -> list[Message]:
-        """What the patient model reads: its persona, then the conversation with roles swapped
-        (its own lines as `assistant`, the counsellor's as `user`); the counsellor's system
-        message is not shown."""
+    def row_meta(self, row: Row) -> dict[str, Any]:
+        """As the single-turn task's, with `persona`, when given, checked to be text."""
+        meta = super().row_meta(row)
+        if "persona" in meta and (missing(meta["persona"]) or not isinstance(meta["persona"], str)):
+            raise row.fail("meta.persona must be a non-empty string (the patient's system prompt)")
+        return meta
+
+    def persona_for(self, prompt: Prompt | None) -> str:
+        """The patient's system prompt in `prompt`'s conversation: its `meta["persona"]` (with
+        `{end_marker}` filled in), else the task's persona."""
+        own = prompt.meta.get("persona") if prompt is not None else None
+        return own.replace("{end_marker}", self.args.end_marker) if own else self.persona
+
+    def simulator_messages(self, conversation: list[Message], persona: str | None = None) -> list[Message]:
+        """What the patient model reads: its persona (default: the task's), then the conversation
+        with roles swapped (its own lines as `assistant`, the counsellor's as `user`); the
+        counsellor's system message is not shown."""
         swap = {"user": "assistant", "assistant": "user"}
         turns = [Message(swap[m.role], m.content) for m in conversation if m.role != "system"]
         if turns and turns[0].role == "assistant":
             turns.insert(0, Message("user", SESSION_CUE))
-        return [Message("system", self.persona), *turns]
+        return [Message("system", persona or self.persona), *turns]
 
-    async def user_reply(self, conversation: list[Message]) -> str | None:
-        """The patient's next message, or None once it writes the end marker (or nothing)."""
-        text = await self.simulator.chat(self.simulator_messages(conversation))
+    async def user_reply(self, conversation: list[Message], prompt: Prompt | None = None) -> str | None:
+        """The patient's next message in `prompt`'s conversation, played with that prompt's
+        persona, or None once it writes the end marker (or nothing)."""
+        text = await self.simulator.chat(self.simulator_messages(conversation, self.persona_for(prompt)))
         _, text = split_reasoning_tags(text, self.args.reasoning_tags)
         if self.args.end_marker in text or not text.strip():
             return None

@@ -165,6 +165,22 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
     return rows
 
 
+def row_meta(row: Row, field: str = "meta") -> dict[str, Any]:
+    """A row's per-prompt data for `Prompt.meta`: its `field`, a JSON object (in CSV, a JSON
+    string of one); {} when missing."""
+    raw: Any = row.data.get(field)
+    if missing(raw):
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            raise row.fail(f"field {field!r} is not a JSON object") from None
+    if not isinstance(raw, dict):
+        raise row.fail(f"field {field!r} must be an object (key: value), got {type(raw).__name__}")
+    return raw
+
+
 def short_hash(text: str, n: int = 12) -> str:
     """A stable id for a piece of text: the first `n` hex digits of its SHA-256."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]

@@ -1,0 +1,92 @@
+"""How dynalize calls user code: a task's hooks, a task's reward model, a reward function.
+
+Optional arguments. A hook gets an optional argument only if its signature names it: a task
+whose `user_reply(self, conversation, prompt)` names `prompt` receives the conversation's
+`Prompt` (its id, messages and `meta`); one whose `user_reply(self, conversation)` does not
+is called as before. So tasks and reward functions written before an argument existed keep
+working unchanged, one name per hook, and a new one declares only what it reads. (The other
+way, a second hook name for each new argument, doubles what an author must learn.)
+
+Errors. An exception in user code becomes one `HookError` that names the hook and its owner
+("user_reply of task my_pkg.tutor:TutorTask raised IndexError: ...") and is chained to the
+original (`__cause__`, with the traceback into the user's code); a ConfigError (a bad input the
+user fixes, e.g. a reward function returning the wrong number of scores) passes as it is. Hooks run concurrently in anyio
+task groups, which wrap errors in (nested) exception groups; `unwrap_hook_errors` turns a group
+of HookErrors back into the first of them, so the CLI shows one error once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import ConfigError
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def declares(fn: Callable[..., Any], name: str) -> bool:
+    """Whether `fn` (a function or bound method) has a parameter called `name` that can be
+    passed by keyword."""
+    try:
+        param = inspect.signature(fn).parameters.get(name)
+    except (TypeError, ValueError):  # no signature to read (some builtins)
+        return False
+    return param is not None and param.kind in _NAMED
+
+
+def optional(fn: Callable[..., Any], **values: Any) -> dict[str, Any]:
+    """The keyword arguments among `values` that `fn` declares."""
+    return {k: v for k, v in values.items() if declares(fn, k)}
+
+
+def owner_name(kind: str, obj: Any) -> str:
+    """`kind module:QualName` for an object or the class of an instance, as a config names it."""
+    target = obj if inspect.isclass(obj) or inspect.isroutine(obj) else type(obj)
+    return f"{kind} {target.__module__}:{target.__qualname__}"
+
+
+class HookError(RuntimeError):
+    """User code raised: `hook` of `owner` (e.g. "task my_pkg.tutor:TutorTask") failed with
+    `error`, which is also the `__cause__`."""
+
+    def __init__(self, owner: str, hook: str, error: Exception):
+        self.owner, self.hook, self.error = owner, hook, error
+        super().__init__(f"{hook} of {owner} raised {type(error).__name__}: {error}")
+
+
+@contextmanager
+def user_code(owner: str, hook: str) -> Iterator[None]:
+    """Run user code: an exception becomes a HookError naming `hook` of `owner`."""
+    try:
+        yield
+    except (HookError, ConfigError):  # a ConfigError is already one line for the user (exit 2)
+        raise
+    except Exception as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next  # the traceback starts where the user's code was called
+        raise HookError(owner, hook, e.with_traceback(tb)) from e
+
+
+def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            yield from _leaves(e)
+        else:
+            yield e
+
+
+@contextmanager
+def unwrap_hook_errors() -> Iterator[None]:
+    """Around a task group: when every error it raised is a HookError (the same hook failing in
+    several concurrent calls, say), raise the first alone instead of the group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if not leaves or not all(isinstance(e, HookError) for e in leaves):
+            raise
+        raise leaves[0] from leaves[0].error
