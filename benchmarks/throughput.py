@@ -50,8 +50,10 @@ def prompt_text(topic: str) -> str:
 # dynalize
 
 
-def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None,
-                 threads: int | None = None) -> list[dict[str, Any]]:
+def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None, threads: int | None = None,
+                 policy: str = "tiny:policy", dtype: str = "float32", max_new_tokens: int = MAX_NEW_TOKENS,
+                 extra: list[str] = ()) -> list[dict[str, Any]]:
+    """RM-only GRPO on the toy task; `extra` overrides come last (benchmarks/gpu_check.py's penalty run)."""
     import anyio
 
     from dynalize.config import RunConfig, load_config
@@ -61,8 +63,8 @@ def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None,
         "name=dynalize", f"output_dir={workdir}", "seed=0", f"steps={total_steps}",
         f"batch_size={PROMPTS_PER_STEP * GROUP}", f"group_size={GROUP}",
         "progress=false", "checkpoint_every=0", "eval_every=0",
-        "policy.path=tiny:policy", "policy.dtype=float32",
-        "generator.engine=hf", f"generator.max_new_tokens={MAX_NEW_TOKENS}", "generator.temperature=1.0",
+        f"policy.path={policy}", f"policy.dtype={dtype}",
+        "generator.engine=hf", f"generator.max_new_tokens={max_new_tokens}", "generator.temperature=1.0",
         f"generator.batch_size={PROMPTS_PER_STEP * GROUP}",
         "reward_model.engine=task", f"trainer.lr={LR}", f"trainer.micro_batch_size={MICRO_BATCH}",
         "task.name=toytask:ToyTask", "penalties.enabled=false",
@@ -71,6 +73,7 @@ def run_dynalize(total_steps: int, workdir: str, async_level: int | None = None,
         overrides.append(f"async_level={async_level}")
     if threads is not None and "torch_threads" in RunConfig.model_fields:
         overrides.append(f"torch_threads={threads}")  # else dynalize picks its own count (half the cores)
+    overrides += extra
     cfg = load_config(None, overrides)
     # Stamp each step's end (its metrics line) to get step-to-step wall time, as for TRL. The final
     # checkpoint is written after the last step's metrics: neither `time/step` nor the stamps include it.
@@ -109,7 +112,10 @@ def dynalize_steps(history: list[dict[str, Any]], warmup: int) -> list[dict[str,
 # TRL
 
 
-def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0) -> tuple[list[dict[str, float]], dict]:
+def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0, policy: str = "tiny:policy",
+            dtype: str = "float32", max_new_tokens: int = MAX_NEW_TOKENS) -> tuple[list[dict[str, float]], dict]:
+    """TRL's GRPOTrainer with dynalize's settings, on the GPU when there is one (parameters in `dtype`,
+    no autocast, as dynalize's learner trains them)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -117,10 +123,11 @@ def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0) -> tuple
     from trl import GRPOConfig, GRPOTrainer
 
     from dynalize import tiny
+    from dynalize.backends.hf import DTYPES
 
-    path = tiny.resolve("tiny:policy")
+    path = tiny.resolve(policy)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
 
     n_rows = max(len(TOPICS), PROMPTS_PER_STEP * (total_steps + 1))
     rows = [{"prompt": [{"role": "user", "content": prompt_text(TOPICS[i % len(TOPICS)])}]} for i in range(n_rows)]
@@ -141,13 +148,13 @@ def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0) -> tuple
         gradient_accumulation_steps=PROMPTS_PER_STEP * GROUP // MICRO_BATCH,  # → 64 completions / optimizer step
         num_generations=GROUP,  # generation_batch_size defaults to 16 × 4 = 64: one generation per step
         num_iterations=1,
-        max_completion_length=MAX_NEW_TOKENS,
+        max_completion_length=max_new_tokens,
         temperature=1.0, top_p=1.0, top_k=0,
         beta=0.0, scale_rewards="none",
         learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0,
         optim="adamw_torch", weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, max_grad_norm=1.0,
         max_steps=total_steps, logging_steps=1, report_to=[], save_strategy="no",
-        bf16=False, fp16=False, use_cpu=True, gradient_checkpointing=False,
+        bf16=False, fp16=False, use_cpu=not torch.cuda.is_available(), gradient_checkpointing=False,
         disable_tqdm=True, dataloader_num_workers=0, seed=seed,
     )
 

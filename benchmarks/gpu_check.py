@@ -1,0 +1,359 @@
+"""GPU check (issue 20): dynalize vs TRL's GRPOTrainer on one GPU, and Dynalize's penalties there.
+
+    bash benchmarks/gpu_check.sh [--dry-run] [options]   # installs the carried wheels, then runs this
+    python benchmarks/gpu_check.py --out DIR [--dry-run] [--steps N] [--warmup N] [--async-levels 1,0]
+
+1. Builds a random-init policy of Qwen3-0.6B's shape (28 layers, hidden 1024, 16 query / 8 KV heads
+   of 128, MLP 3072, vocabulary 151936, tied embeddings) in bf16. Nothing is downloaded: the
+   tokenizer is dynalize.tiny's, trained here, its vocabulary padded to the model's with decodable
+   tokens (`Ġ<12345>`) that no merge produces.
+2. Trains it with RM-only GRPO for `--warmup` + `--steps` steps with dynalize (HF generator and
+   Accelerate learner, once per `--async-levels` entry) and with TRL's GRPOTrainer (transformers
+   generate, no vLLM), in this one process, on the same prompts and settings
+   (benchmarks/throughput.py's: 8 prompts × 8 samples, temperature 1, the vowel-share reward, AdamW
+   lr 1e-6, micro-batch 16; here up to 128 new tokens). Prints per framework the step time,
+   completion tokens/s, the generate / train split and the peak GPU memory (warm-up steps discarded).
+3. Runs Dynalize for `--penalty-steps` steps (lexical proposer, regex judge) on a task whose
+   reward model pays for the word most common in the first batch it scores: a planted hack that the
+   proposer should find at step 0 and the judge apply from step 1 on. It runs on `tiny:policy`:
+   a random-init model of Qwen3-0.6B's size writes no recurring words to find.
+
+`--dry-run` runs the same code on a tiny Qwen3 (float32, 16 new tokens, 1 + 2 steps) on whatever
+device there is: the test suite's check that this script still works while no GPU is lent.
+
+Everything printed also goes to files in `--out`, flat, at most 8 (gpu_check.sh adds the log):
+results.json (written after each part, so a run cut short keeps what it measured; the penalty
+run's buffer events too), summary.txt (the tables), dynalize_metrics.jsonl (the first dynalize
+run's), trl_steps.jsonl, penalty_metrics.jsonl and penalty_rollouts.jsonl (its last step, with the
+judge's verdicts). A part that fails is printed and recorded, the next one still runs, and the
+exit code is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata as md
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import throughput  # noqa: E402  (and through it tests/toytask.py)
+
+from dynalize.backends.base import RewardModel  # noqa: E402
+from dynalize.penalties.lexical import STOP_WORDS, WORD  # noqa: E402
+from dynalize.tasks.base import Task  # noqa: E402
+from dynalize.types import Message, Prompt  # noqa: E402
+
+SHAPES = {
+    "qwen3-0.6b": dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128),
+    "tiny": dict(vocab_size=8192, hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, head_dim=32),
+}
+VERSIONS = ["torch", "transformers", "accelerate", "trl", "datasets", "pyarrow", "pandas", "huggingface-hub",
+            "numpy", "pydantic", "structlog", "tenacity", "json-repair", "regex"]
+PENALTY_LAM = 0.5
+PENALTY_METRICS = ("step", "rm/mean", "penalties/mean_violations", "reward/mean", "penalties/active", "penalties/adds",
+                   "judge/verdicts", "time/score", "time/step")
+
+
+# ---------------------------------------------------------------------------------------------
+# the penalty demo's task: a flawed reward model planted on the policy's own words
+
+
+def planted_word(replies: list[str]) -> str:
+    """The non-stop word in the most replies (ties: alphabetical); "" when there is none."""
+    counts = Counter(w for text in replies for w in {w.lower() for w in WORD.findall(text)} - STOP_WORDS)
+    return min(counts, key=lambda w: (-counts[w], w)) if counts else ""
+
+
+class FirstBatchWordRM(RewardModel):
+    """Pays 1.0 for a reply containing the word most common in the first batch it scores, else 0."""
+
+    def __init__(self):
+        self.word: str | None = None
+
+    async def score(self, items):
+        texts = [x if isinstance(x, str) else x[-1].content for x in items]
+        if self.word is None:
+            self.word = planted_word(texts)
+        return [1.0 if self.word and self.word in {w.lower() for w in WORD.findall(t)} else 0.0 for t in texts]
+
+
+class PlantedWordTask(Task):
+    """The toy task's prompts; the reward model rewards one recurring word and nothing else."""
+
+    description = "Short texts about a topic."
+
+    def prompts(self, split):
+        return [Prompt(f"{split}-{t}", [Message("user", throughput.prompt_text(t))]) for t in throughput.TOPICS]
+
+    def reward_model(self):
+        return FirstBatchWordRM()
+
+
+# ---------------------------------------------------------------------------------------------
+# parts
+
+
+def environment() -> dict[str, Any]:
+    import torch
+
+    env: dict[str, Any] = {"python": platform.python_version(), "cuda": torch.cuda.is_available()}
+    if env["cuda"]:
+        props = torch.cuda.get_device_properties(0)
+        env.update(device=props.name, device_memory_gib=round(props.total_memory / 2**30, 1),
+                   cuda_version=torch.version.cuda)
+    else:
+        env["device"] = f"cpu ({os.cpu_count()} cores)"
+    for name in VERSIONS:
+        try:
+            env[name] = md.version(name)
+        except md.PackageNotFoundError:
+            env[name] = None
+    return env
+
+
+def build_policy(out: Path, shape: dict[str, int], dtype: str, seed: int = 0) -> dict[str, Any]:
+    """A random-init Qwen3 of `shape` in `dtype` and dynalize.tiny's tokenizer padded to its vocabulary."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from dynalize import tiny
+    from dynalize.backends.hf import DTYPES
+
+    tiny.build_tokenizer(tiny.base_corpus()).save_pretrained(out)
+    spec = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    first = max(vocab.values()) + 1
+    vocab.update({f"Ġ<{i}>": i for i in range(first, shape["vocab_size"])})  # no merge makes them: never encoded
+    (out / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    tok = AutoTokenizer.from_pretrained(out)
+    if len(tok) != shape["vocab_size"]:
+        raise RuntimeError(f"padded tokenizer has {len(tok)} tokens, the model {shape['vocab_size']}")
+    cfg = Qwen3Config(**shape, max_position_embeddings=4096, rope_theta=1e6, rms_norm_eps=1e-6,
+                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      bos_token_id=None)
+    torch.manual_seed(seed)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Qwen3ForCausalLM(cfg).to(DTYPES[dtype])
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    params = sum(p.numel() for p in model.parameters())
+    del model
+    return {"path": str(out), "parameters_m": round(params / 1e6, 1), "dtype": dtype, **shape}
+
+
+def measured(fn, *args, **kwargs) -> tuple[Any, dict[str, float | None]]:
+    """`fn(*args, **kwargs)`, its wall time and the GPU memory it peaked at (None on a CPU), with
+    what was still allocated before it started (an earlier part's leftovers count in its peak)."""
+    import torch
+
+    gc.collect()
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated() / 2**30 if cuda else None
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    stats: dict[str, float | None] = {"wall_s": time.perf_counter() - start, "allocated_before_gib": before,
+                                      "peak_allocated_gib": None, "peak_reserved_gib": None}
+    if cuda:
+        stats["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        stats["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
+    return result, stats
+
+
+def compare(model: str, args, work: Path, out: Path, results: dict[str, Any]) -> None:
+    """dynalize (per async level) and TRL, on the same model and settings: `results['frameworks']`."""
+    total = args.warmup + args.steps
+    frameworks = results.setdefault("frameworks", {})
+    for level in args.async_levels:
+        name = f"dynalize (async_level {level})"
+        with Part(results, name):
+            history, mem = measured(throughput.run_dynalize, total, str(work / f"dynalize-{level}"), level,
+                                    args.threads, policy=model, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
+            frameworks[name] = {**throughput.summarize(throughput.dynalize_steps(history, args.warmup)), **mem}
+            if level == args.async_levels[0]:
+                shutil.copy(work / f"dynalize-{level}" / "dynalize" / "metrics.jsonl", out / "dynalize_metrics.jsonl")
+    with Part(results, "TRL GRPOTrainer"):
+        (steps, effective), mem = measured(throughput.run_trl, total, args.warmup, str(work / "trl"), policy=model,
+                                           dtype=args.dtype, max_new_tokens=args.max_new_tokens)
+        frameworks["TRL GRPOTrainer"] = {**throughput.summarize(steps), **mem, "trl_effective": effective}
+        (out / "trl_steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps), encoding="utf-8")
+
+
+def penalty_run(args, work: Path, out: Path, results: dict[str, Any]) -> None:
+    """A short Dynalize run (lexical proposer, regex judge) on the planted-word task."""
+    from dynalize.runlog import read_jsonl
+
+    with Part(results, "penalties"):
+        extra = [
+            "task.name=gpu_check:PlantedWordTask", "penalties.enabled=true", f"penalties.lam={PENALTY_LAM}",
+            "penalties.every=2", "penalties.view_groups=8", "penalties.view_per_group=8",
+            "penalties.proposer.engine=lexical", "penalties.judge.engine=regex",
+        ]
+        history, mem = measured(throughput.run_dynalize, args.penalty_steps, str(work / "penalties"), None,
+                                args.threads, policy="tiny:policy", dtype=args.dtype, max_new_tokens=64, extra=extra)
+        run = work / "penalties" / "dynalize"
+        shutil.copy(run / "metrics.jsonl", out / "penalty_metrics.jsonl")
+        events = read_jsonl(run / "penalties.jsonl") if (run / "penalties.jsonl").exists() else []
+        last = run / "rollouts" / f"step_{args.penalty_steps - 1:06d}.jsonl"
+        shutil.copy(last, out / "penalty_rollouts.jsonl")
+        first = read_jsonl(run / "rollouts" / "step_000000.jsonl")
+        results["penalties"] = {
+            "planted_word": planted_word([r["replies"][0] for r in first]),
+            "added": [{k: e.get(k) for k in ("id", "title", "regex", "step", "proposed_at")}
+                      for e in events if e["event"] == "add"],
+            "steps": [{k: h.get(k) for k in PENALTY_METRICS} for h in history],
+            "events": events,
+            **mem,
+        }
+
+
+class Part:
+    """Runs one part of the check: a failure is printed and recorded, and the next part still runs."""
+
+    def __init__(self, results: dict[str, Any], name: str):
+        self.results, self.name = results, name
+
+    def __enter__(self):
+        print(f"== {self.name}", flush=True)
+        self.start = time.perf_counter()
+
+    def __exit__(self, kind, error, tb):
+        seconds = round(time.perf_counter() - self.start, 1)
+        self.results.setdefault("parts", {})[self.name] = {"seconds": seconds, "ok": error is None}
+        if error is not None:
+            traceback.print_exception(kind, error, tb)
+            self.results["parts"][self.name]["error"] = f"{kind.__name__}: {error}"
+            print(f"FAILED {self.name} after {seconds} s: {kind.__name__}: {error}", flush=True)
+        save(self.results)
+        return isinstance(error, Exception)  # a KeyboardInterrupt still stops everything
+
+
+def save(results: dict[str, Any]) -> None:
+    path = Path(results["out"]) / "results.json"
+    path.write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def report(results: dict[str, Any]):
+    """The tables, as rich renderables."""
+    from rich.table import Table
+
+    env, model, s = results.get("environment", {}), results.get("model", {}), results["settings"]
+    head = (f"{env.get('device')} · torch {env.get('torch')} · transformers {env.get('transformers')} · "
+            f"TRL {env.get('trl')} · {model.get('parameters_m')} M parameters in {s['dtype']}")
+    table = Table(title=f"RM-only GRPO: {s['shape']} random init, 8 prompts × 8 samples, ≤{s['max_new_tokens']} new "
+                        f"tokens, {s['steps']} measured steps after {s['warmup']} warm-up\n{head}")
+    for col in ("framework", "step s", "completion tokens/s", "generate s", "train s", "mean len",
+                "peak GPU GiB (alloc / reserved)"):
+        table.add_column(col, justify="left" if col == "framework" else "right")
+    for name, r in results.get("frameworks", {}).items():
+        phases = r["phases"]
+        train = phases.get("train", phases.get("rest"))
+        memory = ("n/a (CPU)" if r["peak_allocated_gib"] is None
+                  else f"{r['peak_allocated_gib']:.1f} / {r['peak_reserved_gib']:.1f}"
+                  + (f" ({r['allocated_before_gib']:.1f} before)" if r["allocated_before_gib"] > 0.05 else ""))
+        table.add_row(name, f"{r['step_mean']:.2f} ± {r['step_sd']:.2f}", f"{r['tokens_per_s']:.0f}",
+                      f"{phases['generate']:.2f}", f"{train:.2f}", f"{r['mean_len']:.1f}", memory)
+    out = [table]
+    frameworks = results.get("frameworks", {})
+    trl = frameworks.get("TRL GRPOTrainer")
+    for name, r in frameworks.items():
+        if trl and name != "TRL GRPOTrainer":
+            out.append(f"{name} / TRL: tokens/s {r['tokens_per_s'] / trl['tokens_per_s']:.2f}×, "
+                       f"step time {r['step_mean'] / trl['step_mean']:.2f}×")
+    out.append("train s: dynalize's learner step; TRL's rest of the step (reward, loss forward/backward, optimizer). "
+               "dynalize with async_level ≥ 1 generates batch k+1 while batch k trains.")
+    if pen := results.get("penalties"):
+        t = Table(title=f"Dynalize, lexical proposer + regex judge, tiny:policy on {env.get('device')}: "
+                        f"the RM pays for {pen['planted_word']!r}")
+        for col in ("step", "RM", "violations", "reward = RM − λ·violations", "active penalties", "added",
+                    "verdicts", "score s", "step s"):
+            t.add_column(col, justify="right")
+        for h in pen["steps"]:
+            t.add_row(*(("–" if h.get(k) is None else f"{h[k]:.3g}") for k in PENALTY_METRICS))
+        out.append(t)
+        out += [f"penalty {a['id']} added at step {a['step']} (proposed at {a['proposed_at']}): {a['title']!r}, "
+                f"regex {a['regex']!r}" for a in pen["added"]] or ["no penalty was added"]
+    failed = [f"{n}: {p['error']}" for n, p in results.get("parts", {}).items() if not p["ok"]]
+    out += [f"FAILED {f}" for f in failed]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for the result files (at most 8, flat)")
+    ap.add_argument("--dry-run", action="store_true", help="tiny model, float32, 1 + 2 steps: seconds on a CPU")
+    ap.add_argument("--steps", type=int, help="measured steps per framework (default 8; dry run 2)")
+    ap.add_argument("--warmup", type=int, help="warm-up steps, discarded (default 2; dry run 1)")
+    ap.add_argument("--max-new-tokens", type=int, help="default 128; dry run 16")
+    ap.add_argument("--async-levels", default="1,0", help="dynalize async_level per dynalize run (default 1,0; dry run 1)")
+    ap.add_argument("--penalty-steps", type=int, default=3)
+    args = ap.parse_args(argv)
+    dry = args.dry_run
+    args.shape, args.dtype = ("tiny", "float32") if dry else ("qwen3-0.6b", "bfloat16")
+    args.steps = args.steps or (2 if dry else 8)
+    args.warmup = args.warmup if args.warmup is not None else (1 if dry else 2)
+    args.max_new_tokens = args.max_new_tokens or (16 if dry else 128)
+    args.async_levels = [int(x) for x in ("1" if dry and args.async_levels == "1,0" else args.async_levels).split(",")]
+    args.threads = 1 if dry else None  # on a CPU: one torch thread per compute thread (see throughput.py)
+    if args.steps < 2 or args.warmup < 0 or args.penalty_steps < 2:
+        ap.error("need --steps >= 2, --warmup >= 0, --penalty-steps >= 2")
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for offline in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        os.environ.setdefault(offline, "1")
+    import logging
+    import warnings
+
+    from rich.console import Console
+
+    from dynalize.run import setup_logging
+
+    setup_logging("WARNING")
+    warnings.filterwarnings("ignore")
+    for noisy in ("trl", "accelerate"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"out": str(args.out), "settings": {
+        k: getattr(args, k) for k in ("dry_run", "shape", "dtype", "steps", "warmup", "max_new_tokens",
+                                      "async_levels", "penalty_steps")}}
+    with Part(results, "environment"):
+        results["environment"] = environment()
+        print(json.dumps(results["environment"]), flush=True)
+    with tempfile.TemporaryDirectory(prefix="dynalize-gpu-check-") as tmp:
+        work = Path(tmp)
+        with Part(results, "model"):
+            results["model"] = build_policy(work / "model", SHAPES[args.shape], args.dtype)
+            print(json.dumps(results["model"]), flush=True)
+        if "model" in results:
+            compare(str(work / "model"), args, work, args.out, results)
+        penalty_run(args, work, args.out, results)
+    console = Console(record=True, width=150)
+    for item in report(results):
+        console.print(item)
+    (args.out / "summary.txt").write_text(console.export_text(), encoding="utf-8")
+    save(results)
+    return 0 if all(p["ok"] for p in results["parts"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
