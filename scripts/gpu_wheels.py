@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import importlib.util
 import re
 import subprocess
 import sys
@@ -182,7 +183,11 @@ def install(target: Path, wheels: Path = WHEELS) -> int:
     unmet = unmet_requirements(wheels, {wheel_name(p)[0]: wheel_name(p)[1] for p in todo})
     for line in unmet:
         print(f"  warning: {line}")
-    if todo:
+    if todo and importlib.util.find_spec("pip") is None:
+        print("  no pip here: the wheels are unpacked as they are")
+        for path in todo:
+            unpack(path, target)
+    elif todo:
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                "--disable-pip-version-check", "--target", str(target), *map(str, todo)]
         if subprocess.run(cmd).returncode:
@@ -190,6 +195,23 @@ def install(target: Path, wheels: Path = WHEELS) -> int:
             return 1
     print(f"{len(todo)} wheel(s) installed into {target}, {len(list(wheels.glob('*.whl'))) - len(todo)} already here")
     return 0
+
+
+def unpack(wheel: Path, target: Path) -> None:
+    """Install a wheel without pip: its files go to `target`, those of `<name>.data/purelib` and
+    `platlib` too (scripts and headers are left out: nothing here runs or compiles them)."""
+    with zipfile.ZipFile(wheel) as z:
+        for member in z.infolist():
+            parts = Path(member.filename).parts
+            if parts[0].endswith(".data"):
+                if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                    continue
+                parts = parts[2:]
+            dest = target.joinpath(*parts)
+            if member.is_dir():
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(z.read(member))
 
 
 def unmet_requirements(wheels: Path, installing: dict[str, str]) -> list[str]:

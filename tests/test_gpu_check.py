@@ -25,10 +25,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import gpu_wheels  # noqa: E402
 
 
-def make_wheel(folder: Path, dist: str, version: str, requires: list[str] = (), module: str | None = None) -> Path:
+def make_wheel(folder: Path, dist: str, version: str, requires: list[str] = (), module: str | None = None,
+               extra: dict[str, str] | None = None) -> Path:
     """A minimal pure-Python wheel, written by hand (pip installs it from the file, no index)."""
     info = f"{dist}-{version}.dist-info"
-    files = {
+    files = {**(extra or {}),
         f"{info}/METADATA": "Metadata-Version: 2.1\nName: {}\nVersion: {}\n{}".format(
             dist, version, "".join(f"Requires-Dist: {r}\n" for r in requires)),
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
@@ -60,6 +61,18 @@ def test_install_adds_only_the_wheels_this_python_lacks(tmp_path, capsys):
     assert "install dynalize-probe-pkg 0.1" in out and "have    rich" in out
     assert "needs rich>=999" in out  # what the machine has may be older than a carried wheel wants
     assert "needs dynalize-absent-pkg: not installed, not carried" in out
+
+
+def test_without_pip_a_wheel_is_unpacked_as_pip_would_lay_it_out(tmp_path):
+    wheel = make_wheel(tmp_path, "dynalize_probe_pkg", "0.1", module="dynalize_probe_mod", extra={
+        "dynalize_probe_pkg-0.1.data/purelib/probe_data_mod.py": "X = 1\n",
+        "dynalize_probe_pkg-0.1.data/scripts/probe-cli": "#!/bin/sh\n"})
+    gpu_wheels.unpack(wheel, tmp_path / "site")
+    site = tmp_path / "site"
+    assert (site / "dynalize_probe_mod.py").read_text() == "VALUE = 42\n"
+    assert (site / "probe_data_mod.py").read_text() == "X = 1\n"  # .data/purelib goes to the top
+    assert (site / "dynalize_probe_pkg-0.1.dist-info" / "METADATA").is_file()  # importlib.metadata finds it
+    assert not list(site.rglob("probe-cli"))
 
 
 def test_machine_closure_keeps_out_what_the_machine_is_known_to_lack():
