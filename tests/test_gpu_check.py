@@ -66,7 +66,7 @@ def test_install_adds_only_the_wheels_this_python_lacks(tmp_path, capsys):
 def test_without_pip_a_wheel_is_unpacked_as_pip_would_lay_it_out(tmp_path):
     wheel = make_wheel(tmp_path, "dynalize_probe_pkg", "0.1", module="dynalize_probe_mod", extra={
         "dynalize_probe_pkg-0.1.data/purelib/probe_data_mod.py": "X = 1\n",
-        "dynalize_probe_pkg-0.1.data/scripts/probe-cli": "#!/bin/sh\n"})
+        "dynalize_probe_pkg-0.1.data/scripts/probe-cli": "echo probe\n"})
     gpu_wheels.unpack(wheel, tmp_path / "site")
     site = tmp_path / "site"
     assert (site / "dynalize_probe_mod.py").read_text() == "VALUE = 42\n"
