@@ -12,9 +12,11 @@ version installed here (what the tests ran with); others at the newest release a
 longer needed are removed. Then it adds up `.whl/` and the work tree as the device tool sends it
 (tracked and untracked-not-ignored files) and fails if they pass `LIMIT_MIB`.
 
-`install` uses only the standard library and pip: it installs, without dependencies and from no
-index, each wheel whose distribution the running Python does not already have (what the machine
-has is never shadowed), and prints what it installed and what it found already there.
+`install` needs only the standard library: it installs, with pip (no index, no dependencies) or,
+without pip, by unpacking, each wheel whose distribution the running Python does not already have
+(what the machine has is never shadowed), prints what it installed and what it found already
+there, and, with `packaging` (transformers requires it), each requirement of the carried wheels
+that the machine's versions do not meet.
 """
 
 from __future__ import annotations
