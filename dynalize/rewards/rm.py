@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 
 from ..backends.base import EngineError, RewardModel, RMInput
-from ..backends.base import RewardModel, RMInput
 from ..hooks import optional, owner_name, user_code
 from ..tasks.base import Task
 from ..types import Batch, Prompt, Rollout
