@@ -92,6 +92,11 @@ class TrainerConfig(Section):
     """Clip the global gradient norm to this."""
     micro_batch_size: int = Field(16, gt=0)
     """Sequences per forward/backward; gradients accumulate over the batch."""
+    master_weights: Literal["float32", "policy"] = "float32"
+    """The weights the optimizer updates: `float32` master weights, with forward and backward in
+    `policy.dtype` under autocast (mixed precision); or `policy`: train in `policy.dtype` itself
+    (half the memory, but a bf16 weight cannot take an update much smaller than 1/256 of itself,
+    so at lr 1e-6 most updates round away). The generator always gets weights in `policy.dtype`."""
     loss: LossConfig = LossConfig()
     """The policy-gradient loss."""
 

@@ -33,15 +33,25 @@ def process_state() -> PartialState:
 
 
 class AccelerateLearner(Learner):
-    """Trains the policy with a GRPO-family loss (see dynalize.grpo)."""
+    """Trains the policy with a GRPO-family loss (see dynalize.grpo).
+
+    With `trainer_cfg.master_weights == "float32"` and a half-precision `dtype`, the optimizer
+    updates float32 weights and forward/backward run in `dtype` under torch.autocast (float16 with
+    a gradient scaler); the weights handed to the generator (`policy_state`) are always in `dtype`.
+    (Autocast here rather than Accelerator's `mixed_precision`, which is fixed once per process.)
+    """
 
     def __init__(self, path: str, trainer_cfg: Any, temperature: float = 1.0, dtype: str = "float32",
                  accelerator: Accelerator | None = None):
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.cfg = trainer_cfg
         self.temperature = temperature
+        self.dtype = DTYPES[dtype]
+        master = trainer_cfg.master_weights == "float32"
+        self.autocast = self.dtype if master and self.dtype != torch.float32 else None
+        self.scaler = torch.amp.GradScaler(self.accelerator.device.type) if self.autocast == torch.float16 else None
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if master else self.dtype)
         model.config.use_cache = False
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay,
@@ -124,8 +134,9 @@ class AccelerateLearner(Learner):
         return self._train_shard(batch)
 
     def policy_state(self) -> dict[str, Any]:
+        """The weights in the policy's dtype (float32 master weights are cast)."""
         self._lead("state")
-        return self._state()
+        return {k: v.to(self.dtype) if v.is_floating_point() else v for k, v in self._state().items()}
 
     def save(self, directory: str) -> None:
         self._lead("save", directory)
@@ -150,18 +161,25 @@ class AccelerateLearner(Learner):
         for i, seqs in enumerate(micro):
             t = self._collate(seqs)
             sync = acc.no_sync(self.model) if i < len(micro) - 1 else nullcontext()
-            with sync:
+            with sync, torch.autocast(acc.device.type, dtype=self.autocast, enabled=self.autocast is not None):
                 logprobs = self._logprobs(t, first_policy_token(seqs))
                 out = self._loss(logprobs, t["gen_logprobs"], t["advantages"], t["loss_mask"], num_tokens)
                 # DDP averages gradients over processes; the loss is already a global mean.
-                acc.backward(out.loss * acc.num_processes)
+                loss = out.loss * acc.num_processes
+                acc.backward(self.scaler.scale(loss) if self.scaler else loss)
             mask = t["loss_mask"].float()
             totals["loss"] += out.loss.item()
             totals["masked_tokens"] += out.masked_tokens.item()
             totals["ratio_sum"] += (out.mean_ratio * mask.sum()).item()
             totals["abs_logprob_diff"] += ((logprobs.detach() - t["gen_logprobs"]).abs() * mask).sum().item()
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-        self.optimizer.step()
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
         stats = acc.reduce(torch.tensor(list(totals.values()), device=acc.device), reduction="sum")
