@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator, PartialState
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import broadcast_object_list, extract_model_from_parallel as unwrap_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .. import grpo
@@ -58,6 +58,7 @@ class AccelerateLearner(Learner):
             betas=tuple(trainer_cfg.betas),
         )
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.accelerator.register_save_state_pre_hook(drop_tied_weights)
         self.model.train()
         self.version = 0
 
@@ -217,6 +218,21 @@ class AccelerateLearner(Learner):
         src = Path(directory)
         self.accelerator.load_state(str(src / "train_state"))
         self.version = json.loads((src / "learner.json").read_text())["version"]
+
+
+def drop_tied_weights(models: list[torch.nn.Module], weights: list[dict[str, Any]], _output_dir: str) -> None:
+    """Accelerate's save-state hook: leave out of each saved state dict the weights its model ties
+    to another (e.g. `lm_head.weight` to the input embedding), as `save_pretrained` does. Loading
+    ties them again. Kept, safetensors would refuse the shared storage and Accelerate would drop
+    them itself with a warning at every checkpoint; an undeclared alias still gets that warning."""
+    for model, state in zip(models, weights):
+        tied = getattr(unwrap_model(model), "all_tied_weights_keys", None) or {}
+        for key in list(state):
+            for target, source in tied.items():
+                if key == target or key.endswith("." + target):
+                    prefix = key[: len(key) - len(target)]
+                    if prefix + source in state:
+                        del state[key]
 
 
 def first_policy_token(seqs: list[TrainSequence]) -> int:

@@ -1,0 +1,92 @@
+"""`python -m dynalize.export RUN [--step N] --out DIR`: a trained policy as a plain model directory.
+
+The policy of a checkpoint (the newest intact one, or `--step N`'s) is copied out as what
+`save_pretrained` writes: config, generation config, safetensors weights, the tokenizer and its
+chat template. `AutoModelForCausalLM.from_pretrained(DIR)`, `vllm serve DIR` and every other tool
+that reads the Hugging Face format load it unchanged; nothing of dynalize is needed. The
+checkpoint is verified against its manifest first, and DIR is written whole or not at all.
+
+A run exports its final policy to `<run>/final/` by itself when it ends (`export_final`).
+Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damaged one, DIR in use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import structlog
+
+from .checkpoint import checkpoints, damage
+from .errors import ConfigError
+
+log = structlog.get_logger("dynalize.export")
+
+
+def find_checkpoint(run: Path, step: int | None = None) -> Path:
+    """The checkpoint of `run` at `step` (its folder), or the newest intact one; ConfigError if none."""
+    if not (run / "config.yaml").is_file():
+        raise ConfigError(f"{run} is not a run directory (no config.yaml)")
+    found = checkpoints(run / "checkpoints")
+    if step is not None:
+        chosen = [p for p in found if p.name == f"step_{step:06d}"]
+        if not chosen:
+            have = ", ".join(str(int(p.name.removeprefix("step_"))) for p in reversed(found)) or "none"
+            raise ConfigError(f"{run} has no checkpoint at step {step} (checkpoints at steps: {have})")
+        if why := damage(chosen[0]):
+            raise ConfigError(f"checkpoint {chosen[0]} is damaged: {why}")
+        return chosen[0]
+    for path in found:
+        if (why := damage(path)) is None:
+            return path
+        log.warning("checkpoint.damaged", checkpoint=str(path), problem=why)
+    raise ConfigError(f"{run} has no intact checkpoint to export")
+
+
+def export_policy(run: str | Path, out: str | Path, step: int | None = None, overwrite: bool = False) -> Path:
+    """Copy the policy of `run`'s checkpoint (`find_checkpoint`) to `out`; returns `out`. An `out`
+    that holds files is refused unless `overwrite` (then it is replaced once the copy is whole)."""
+    run, out = Path(run), Path(out)
+    source = find_checkpoint(run, step) / "policy"
+    if not (source / "config.json").is_file():
+        raise ConfigError(f"{source} holds no model (no config.json)")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(f"{out} already holds files: choose another --out, or pass --overwrite")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    if not has_chat_template(tmp):
+        log.warning("export.no_chat_template", out=str(out),
+                    why="the policy's tokenizer has none (nor had its base model): set one before chatting with it")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def has_chat_template(model_dir: Path) -> bool:
+    """Whether the tokenizer saved in `model_dir` carries a chat template."""
+    from transformers import AutoTokenizer
+
+    return bool(AutoTokenizer.from_pretrained(str(model_dir)).chat_template)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dynalize.export", description=__doc__.splitlines()[0])
+    ap.add_argument("run", metavar="RUN", help="the run directory (runs/<name>)")
+    ap.add_argument("--step", type=int, help="the checkpoint after this many steps (default: the newest intact one)")
+    ap.add_argument("--out", required=True, help="the model directory to write")
+    ap.add_argument("--overwrite", action="store_true", help="replace --out if it already holds files")
+    args = ap.parse_args(argv)
+    try:
+        out = export_policy(args.run, args.out, args.step, args.overwrite)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {out}: load it with AutoModelForCausalLM.from_pretrained({str(out)!r}) or `vllm serve {out}`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
