@@ -24,6 +24,8 @@ class Section(BaseModel):
 
 
 class PolicyConfig(Section):
+    """The model being trained: where it is and its dtype."""
+
     path: str = "tiny:policy"
     """Model directory, or `tiny:<name>` for a tiny model built locally (see dynalize.tiny)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -31,6 +33,8 @@ class PolicyConfig(Section):
 
 
 class GeneratorConfig(Section):
+    """How rollouts are sampled: the engine and its sampling settings."""
+
     engine: str = "hf"
     """Generation engine: `hf` (transformers), `vllm` (in-process), `remote` (vLLM servers)."""
     max_new_tokens: int = Field(64, gt=0)
@@ -58,6 +62,8 @@ class GeneratorConfig(Section):
 
 
 class RewardModelConfig(Section):
+    """The reward model whose score is the `rm` reward term."""
+
     engine: str = "task"
     """`task` (the task supplies its RM), `hf` (sequence classifier), or `python` (a function)."""
     path: str | None = None
@@ -69,6 +75,8 @@ class RewardModelConfig(Section):
 
 
 class LossConfig(Section):
+    """The policy-gradient loss and how advantages are scaled."""
+
     name: Literal["prime", "ppo_clip"] = "prime"
     """`prime`: prime-rl's masked token-level IS loss. `ppo_clip`: PPO's clipped surrogate."""
     mask_threshold: float = Field(0.2, gt=0)
@@ -82,6 +90,8 @@ class LossConfig(Section):
 
 
 class TrainerConfig(Section):
+    """The learner: optimizer, gradient clipping, micro-batching, loss."""
+
     lr: float = Field(1e-6, gt=0)
     """AdamW learning rate (constant)."""
     weight_decay: float = Field(0.01, ge=0)
@@ -102,6 +112,8 @@ class TrainerConfig(Section):
 
 
 class TaskConfig(Section):
+    """The domain: its prompts, held-out evaluation and (optionally) reward model."""
+
     name: str = "sandbox"
     """A built-in task (`sandbox`, ...) or an importable `module:Class`."""
     args: dict[str, Any] = {}
@@ -109,6 +121,8 @@ class TaskConfig(Section):
 
 
 class RunConfig(Section):
+    """A whole run: the top-level settings and one section per part."""
+
     name: str = "default"
     """Run name: outputs go to `<output_dir>/<name>/`."""
     output_dir: str = "runs"
@@ -133,6 +147,18 @@ class RunConfig(Section):
     """Replies sampled per held-out prompt at each evaluation."""
     progress: bool = True
     """Show a live progress bar."""
+    report_to: list[Literal["tensorboard", "wandb", "trackio", "mlflow"]] = []
+    """Experiment trackers to log to, any of them (default none; `pip install -e ".[trackers]"`):
+    every metric per step, this config as hyper-parameters, the reward terms' events (penalties
+    added, retired, revived) and a table of sample rollouts every `eval_every` steps and at the
+    end. TensorBoard writes to `<run>/tensorboard/`; wandb, trackio and mlflow go where their own
+    settings send them (e.g. WANDB_MODE=offline and WANDB_DIR, TRACKIO_DIR, MLFLOW_TRACKING_URI)."""
+    tracker_project: str = "dynalize"
+    """The project (wandb, trackio) or experiment (mlflow) the run is logged under, as `name`."""
+    export_final: bool = True
+    """At the end of the run, write the final policy to `<run>/final/`: a plain transformers
+    model directory with its tokenizer and chat template (`python -m dynalize.export` exports
+    any checkpoint)."""
     torch_threads: int = Field(0, ge=0)
     """CPU threads per torch call (0 = auto: half the cores, since generation and training overlap)."""
     policy: PolicyConfig = PolicyConfig()

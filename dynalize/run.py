@@ -18,12 +18,16 @@ import logging
 import os
 import statistics
 import sys
+import textwrap
 import traceback
+import typing
 from pathlib import Path
 from typing import Any
 
 import anyio
 import structlog
+import yaml
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
@@ -63,14 +67,45 @@ def set_torch_threads(threads: int = 0) -> None:
         torch.set_num_threads(threads or max(1, (os.cpu_count() or 2) // 2))
 
 
+def config_sections(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple[str, type[BaseModel]]]:
+    """(dotted name, settings class) of `model` and every section under it, depth first."""
+    out = [(prefix or "(top level)", model)]
+    for name, field in model.model_fields.items():
+        kinds = typing.get_args(field.annotation) or (field.annotation,)  # `X | None` → X
+        section = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        if section is not None:
+            out += config_sections(section, f"{prefix}{name}")[:1] + config_sections(section, f"{prefix}{name}.")[1:]
+    return out
+
+
+def sections_help() -> str:
+    """The --help epilog: each config section, where its fields are documented, and what it is."""
+    rows = [(name, f"{cls.__module__.replace('.', '/')}.py: {cls.__name__}", (cls.__doc__ or "").strip().split("\n")[0])
+            for name, cls in config_sections()]
+    width = max(len(name) for name, _, _ in rows)
+    lines = [f"  {name:<{width}}  {where}" + (f"\n  {'':<{width}}    {doc}" if doc else "") for name, where, doc in rows]
+    top = ", ".join(n for n, f in RunConfig.model_fields.items() if not _is_section(f.annotation))
+    return ("config sections (set a field with section.field=value; every field is documented where it is\n"
+            "declared, in the file and class named here):\n" + "\n".join(lines) +
+            f"\n\ntop-level fields: {textwrap.fill(top, 96, subsequent_indent='  ')}\n\n"
+            "--print-config shows every field's resolved value. README.md and docs/ explain the run.")
+
+
+def _is_section(annotation: Any) -> bool:
+    return any(isinstance(k, type) and issubclass(k, BaseModel) for k in typing.get_args(annotation) or (annotation,))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m dynalize.run", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dynalize.run", description=__doc__.splitlines()[0],
+                                 epilog=sections_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="YAML experiment file (default: dynalize/config.py's defaults; with no "
                                      "arguments at all, the built-in sandbox demo)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest intact checkpoint "
                     "(with --config, that file's settings, checked against the run's)")
     ap.add_argument("--overwrite", action="store_true",
                     help="start afresh in a run directory already in use, moving the old one aside")
+    ap.add_argument("--print-config", action="store_true",
+                    help="print the resolved config (YAML, usable as --config) and exit without running")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5 steps=40")
     return ap.parse_args(argv)
@@ -149,9 +184,14 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     log.info("run", name=cfg.name, dir=str(run_dir), config=base, task=cfg.task.name, steps=cfg.steps,
              terms=[t.name for t in parts.terms])
     try:
-        return await orchestrator.run()
+        history = await orchestrator.run()
     finally:
         parts.learner.stop_followers()
+    if cfg.export_final:
+        from .export import export_policy
+
+        log.info("exported the final policy", path=str(export_policy(run_dir, run_dir / "final", overwrite=True)))
+    return history
 
 
 def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
@@ -186,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         cfg = resolve_config(args)
+        if args.print_config:
+            print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
+            return 0
         from .build import check_config
 
         check_config(cfg)
