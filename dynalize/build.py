@@ -29,6 +29,7 @@ from .plugins import import_object
 from .rewards import PenaltyTerm, RewardTerm, RMTerm
 from .runlog import RunDir
 from .tasks.base import BUILTIN_TASKS, Task, build_task, task_class, task_prompts
+from .trackers import check_installed as check_trackers_installed
 
 GENERATORS = ("hf", "vllm", "remote")
 REWARD_MODELS = ("task", "hf", "python")
@@ -179,6 +180,7 @@ def check_config(cfg: RunConfig) -> None:
     if cfg.reward_model.engine not in REWARD_MODELS:
         raise _unknown("reward model", cfg.reward_model.engine, REWARD_MODELS)
     task_class(cfg.task.name)
+    check_trackers_installed(cfg.report_to)
     _check_model_dir("policy.path", cfg.policy.path)
     rm = cfg.reward_model
     if rm.engine == "hf" and rm.path:

@@ -11,7 +11,7 @@
               proposer); training never waits for it;
   train       one learner step; the new weights are queued to the generator behind the batches
               it is already generating, so the schedule, and a resume, are exact;
-  log         metrics and rollouts, then held-out evaluation and a checkpoint when due; a
+  log         metrics and rollouts (and to the trackers of `report_to`), then held-out evaluation and a checkpoint when due; a
               reward term that says the run cannot go on (`stop_reason`) stops it, after a
               checkpoint (RunStopped).
 
@@ -42,6 +42,7 @@ from .rewards.base import RewardTerm, score_batch
 from .rollouts import sample_groups
 from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
+from .trackers import Trackers
 from .tasks.base import Task
 from .types import Batch, Rollout, TrainSequence
 
@@ -130,6 +131,7 @@ class Orchestrator:
         self._restored: dict[int, list[list[Rollout]]] = {}  # batches generated ahead, from a checkpoint
         self._generator_version: int | None = None  # set on resume: the version to push before step one
         self.worker: GenerationWorker | None = None
+        self.trackers = Trackers(cfg)  # report_to: TensorBoard, W&B, Trackio, MLflow
 
     # --- resumable state --------------------------------------------------------------------------
 
@@ -169,8 +171,12 @@ class Orchestrator:
     async def run(self) -> list[dict[str, Any]]:
         """Train up to `cfg.steps`; the metrics of each step. Task code that fails raises one
         HookError (dynalize.hooks), not the task groups' nested exception groups."""
-        with unwrap_hook_errors():
-            return await self._run()
+        self.trackers.start()
+        try:
+            with unwrap_hook_errors():
+                return await self._run()
+        finally:
+            self.trackers.finish()
 
     async def _run(self) -> list[dict[str, Any]]:
         cfg, p = self.p.cfg, self.p
@@ -239,6 +245,7 @@ class Orchestrator:
         for name, lines in events.items():
             p.run.log_events(name, lines)
         p.run.log_metrics(record)
+        self.trackers.log_step(record, events, rollouts)
         log.debug("step", **{k: v for k, v in record.items() if not isinstance(v, dict)})
         self.next_step = step + 1
         stop = next((why for t in p.terms if (why := t.stop_reason())), None)

@@ -63,3 +63,28 @@ class ScriptedGenerator(Generator):
 
     async def update_weights(self, state, version):
         self.version = version
+
+
+DOUBLE_VOWEL = "(?i)[aeiou]{2}"
+
+
+def propose_double_vowels(messages) -> str:
+    """A scripted LLM proposer (`penalties.proposer.chat: {engine: scripted, path:
+    toytask:propose_double_vowels}`): every proposal is one penalty with a regex, citing the whole
+    view; the duplicate check calls each later one a duplicate of the first (p001)."""
+    import json
+    import re
+
+    system, user = messages[0].content, messages[-1].content
+    if system.startswith("You keep a list of penalties"):
+        ids = dict.fromkeys(re.findall(r"^- (c\d+):", user, re.M))
+        return json.dumps({"duplicates": [{"candidate": c, "duplicate_of": "p001"} for c in ids]})
+    ids = re.findall(r"^\[(s\d+)\] group", user, re.M)
+    return json.dumps({"candidates": [{"title": "Doubles its vowels", "description": "Two vowels in a row.",
+                                       "sample_ids": ids, "regex": DOUBLE_VOWEL}]})
+
+
+def penalty_overrides() -> list[str]:
+    """Overrides that turn Dynalize on with `propose_double_vowels` and the regex judge."""
+    return ["penalties.enabled=true", "penalties.every=1", "penalties.proposer.engine=llm",
+            "penalties.proposer.chat.engine=scripted", "penalties.proposer.chat.path=toytask:propose_double_vowels"]
