@@ -1,10 +1,12 @@
-"""`python -m dynalize.report RUN [RUN ...]` and `python -m dynalize.report audit --penalties A --rollouts B`
+"""`python -m dynalize.report RUN [RUN ...] [--html OUT.html]` and `python -m dynalize.report audit --penalties A --rollouts B`
 
 The report: Table 1 (benchmark Peak / End / Final, RM over End, Δ from a baseline run) for each
 benchmark the runs were evaluated on (else the task's held-out eval, e.g. `eval/task:gold`), the
 per-axis table for MindEval, and the figures: RM and benchmark score against step, each run's
 penalty buffer timeline, and pattern prevalence (`--starts-with Okay --contains galactic`).
 Printed, and written to `--out` (default `<first run>/plots`) as report.md, report.json and PNGs.
+With `--html OUT.html`, one self-contained page instead: curves, penalty timelines and a rollout
+browser, the runs side by side (dynalize.analysis.html).
 
 The audit: run A's discovered penalties judged on run B's replies at a step (the same judge:
 regex penalties locally, the others by `--judge`): % of replies triggering ≥ 1, mean per reply.
@@ -21,6 +23,7 @@ from typing import Any
 import anyio
 from rich.console import Console
 
+from .analysis.html import ROLLOUT_STEPS, write_html_report
 from .analysis.runs import (
     BENCHES,
     Metric,
@@ -67,6 +70,10 @@ def parse_report_args(argv: list[str]) -> argparse.Namespace:
                     help="pattern plot: training rollouts (step) or held-out generations (eval)")
     ap.add_argument("--out", help="output directory (default <first run>/plots)")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML page instead (curves, penalty "
+                    "timelines, a rollout browser; the runs side by side)")
+    ap.add_argument("--rollout-steps", type=int, default=ROLLOUT_STEPS, metavar="N",
+                    help=f"--html: the page holds the rollouts of N steps of each run, evenly spaced (default {ROLLOUT_STEPS})")
     args = ap.parse_args(argv)
     if args.window[0] > args.window[1]:
         ap.error("--window LO HI needs LO <= HI")
@@ -251,8 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "audit":
             audit_report(parse_audit_args(argv[1:]))
+        elif (args := parse_report_args(argv)).html:
+            runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
+            console.print(f"written: {write_html_report(runs, Path(args.html), args.rollout_steps)}")
         else:
-            build_report(parse_report_args(argv))
+            build_report(args)
     except (ReportError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

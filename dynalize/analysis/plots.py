@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from .patterns import FIELDS, Prevalence
 from .penalties import PenaltyHistory
@@ -57,8 +58,38 @@ def plot_scores(runs: list[Run], metric: Metric, path: Path, rm_metric: Metric =
     return _save(fig, path)
 
 
+CURVES = (Metric("metrics", "reward/mean"), Metric("metrics", "rm/mean"), None, Metric("metrics", "gen_len/mean"))
+"""The panels of `curves_figure`; None: the held-out metric."""
+
+
+def curves_figure(runs: list[Run], metric: Metric | None) -> Figure:
+    """Reward, RM score, `metric` (a benchmark or held-out score; None: no panel data) and reply
+    length against step, one line per run."""
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    titles = ("reward (mean)", "RM score (mean)", metric.label if metric else "held-out evaluation",
+              "reply length, tokens (mean)")
+    for ax, panel, title in zip(axes, CURVES, titles):
+        for run in runs:
+            pts = run.series(panel or metric) if (panel or metric) else []
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], label=run.name, linewidth=1.2,
+                        marker="o" if panel is None else None, markersize=3)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
 def plot_penalty_timeline(run: Run, history: PenaltyHistory, path: Path) -> Path:
     """Top: a bar per penalty over the steps it was active. Bottom: its prevalence per step."""
+    return _save(penalty_timeline_figure(run, history), path)
+
+
+def penalty_timeline_figure(run: Run, history: PenaltyHistory) -> Figure:
+    """The figure of `plot_penalty_timeline`."""
     ids = list(history.penalties)
     last = max([run.last_step() or 0, *(e for iv in history.intervals.values() for s, e in iv if e is not None),
                 *(s for iv in history.intervals.values() for s, _ in iv),
@@ -83,7 +114,7 @@ def plot_penalty_timeline(run: Run, history: PenaltyHistory, path: Path) -> Path
     ax_p.set_ylim(-0.02, 1.02)
     if history.prevalence:
         ax_p.legend(fontsize=8, ncol=4)
-    return _save(fig, path)
+    return fig
 
 
 def _short(text: str, n: int = 48) -> str:
