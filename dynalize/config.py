@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 
-__all__ = ["ConfigError", "RunConfig", "dump_config", "load_config", "parse_override", "read_yaml", "resume_conflict",
-           "validate"]
+__all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "load_config", "parse_override", "read_yaml",
+           "resume_conflict", "validate"]
 
 
 class Section(BaseModel):
@@ -267,8 +267,13 @@ def resume_conflict(saved: RunConfig, new: RunConfig) -> str | None:
     return None
 
 
+def config_yaml(cfg: RunConfig) -> str:
+    """The fully resolved config as YAML (what config.yaml and `--print-config` hold)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
 def dump_config(cfg: RunConfig, path: Path) -> None:
     """Write the fully resolved config as YAML (whole or not at all: a crash leaves the old file)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    tmp.write_text(config_yaml(cfg), encoding="utf-8")
     tmp.replace(path)

@@ -11,9 +11,9 @@
               proposer); training never waits for it;
   train       one learner step; the new weights are queued to the generator behind the batches
               it is already generating, so the schedule, and a resume, are exact;
-  log         metrics and rollouts (and to the trackers of `report_to`), then held-out evaluation and a checkpoint when due; a
-              reward term that says the run cannot go on (`stop_reason`) stops it, after a
-              checkpoint (RunStopped).
+  log         metrics and rollouts (also to the trackers of `report_to`), then held-out
+              evaluation and a checkpoint when due; a reward term that says the run cannot go
+              on (`stop_reason`) stops it, after a checkpoint (RunStopped).
 
 `Orchestrator.state_dict()` is everything a checkpoint needs to continue exactly.
 """
@@ -42,8 +42,8 @@ from .rewards.base import RewardTerm, score_batch
 from .rollouts import sample_groups
 from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
-from .trackers import Trackers
 from .tasks.base import Task
+from .trackers import Trackers
 from .types import Batch, Rollout, TrainSequence
 
 log = structlog.get_logger("dynalize.loop")

@@ -26,13 +26,12 @@ from typing import Any
 
 import anyio
 import structlog
-import yaml
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from .checkpoint import resume_from
-from .config import ConfigError, RunConfig, dump_config, load_config, resume_conflict
+from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config, resume_conflict
 from .errors import RunStopped
 from .hooks import HookError
 from .runlog import RunDir, read_jsonl
@@ -67,15 +66,20 @@ def set_torch_threads(threads: int = 0) -> None:
         torch.set_num_threads(threads or max(1, (os.cpu_count() or 2) // 2))
 
 
-def config_sections(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple[str, type[BaseModel]]]:
+def config_sections(model: type[BaseModel] = RunConfig, name: str = "(top level)",
+                    prefix: str = "") -> list[tuple[str, type[BaseModel]]]:
     """(dotted name, settings class) of `model` and every section under it, depth first."""
-    out = [(prefix or "(top level)", model)]
-    for name, field in model.model_fields.items():
-        kinds = typing.get_args(field.annotation) or (field.annotation,)  # `X | None` → X
-        section = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
-        if section is not None:
-            out += config_sections(section, f"{prefix}{name}")[:1] + config_sections(section, f"{prefix}{name}.")[1:]
+    out = [(name, model)]
+    for field_name, field in model.model_fields.items():
+        if (section := _section(field.annotation)) is not None:
+            out += config_sections(section, prefix + field_name, f"{prefix}{field_name}.")
     return out
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The settings class a field holds (`X` or `X | None`), or None for a plain value."""
+    kinds = typing.get_args(annotation) or (annotation,)
+    return next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
 
 
 def sections_help() -> str:
@@ -84,15 +88,11 @@ def sections_help() -> str:
             for name, cls in config_sections()]
     width = max(len(name) for name, _, _ in rows)
     lines = [f"  {name:<{width}}  {where}" + (f"\n  {'':<{width}}    {doc}" if doc else "") for name, where, doc in rows]
-    top = ", ".join(n for n, f in RunConfig.model_fields.items() if not _is_section(f.annotation))
+    top = ", ".join(n for n, f in RunConfig.model_fields.items() if _section(f.annotation) is None)
     return ("config sections (set a field with section.field=value; every field is documented where it is\n"
             "declared, in the file and class named here):\n" + "\n".join(lines) +
             f"\n\ntop-level fields: {textwrap.fill(top, 96, subsequent_indent='  ')}\n\n"
             "--print-config shows every field's resolved value. README.md and docs/ explain the run.")
-
-
-def _is_section(annotation: Any) -> bool:
-    return any(isinstance(k, type) and issubclass(k, BaseModel) for k in typing.get_args(annotation) or (annotation,))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = resolve_config(args)
         if args.print_config:
-            print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
+            print(config_yaml(cfg), end="")
             return 0
         from .build import check_config
 

@@ -99,16 +99,20 @@ class Trackers:
 
         cfg = self.cfg
         check_installed(cfg.report_to)
+        params = hyperparameters(cfg)
         make = {
             "tensorboard": lambda: TensorBoardTracker("", Path(cfg.run_dir) / "tensorboard"),
             "wandb": lambda: WandBTracker(cfg.tracker_project, name=cfg.name),
-            "trackio": lambda: TrackioTracker(cfg.tracker_project, name=cfg.name),
+            # trackio takes the config at init: Accelerate's store_init_configuration would add its
+            # `allow_val_change` argument to it as one more key
+            "trackio": lambda: TrackioTracker(cfg.tracker_project, name=cfg.name, config=params),
             "mlflow": lambda: MLflowTracker(cfg.tracker_project, run_name=cfg.name),
         }
         for name in dict.fromkeys(cfg.report_to):
             tracker = make[name]()
             tracker.start()
-            tracker.store_init_configuration(hyperparameters(cfg))
+            if name != "trackio":
+                tracker.store_init_configuration(params)
             self.trackers.append(tracker)
 
     def log_step(self, record: dict[str, Any], events: dict[str, list[dict[str, Any]]],

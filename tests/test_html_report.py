@@ -14,8 +14,9 @@ import pytest
 from browser import CHROMIUM, NO_CHROMIUM, Browser
 from toytask import DOUBLE_VOWEL, penalty_overrides
 
-from dynalize.analysis.html import chosen_steps, highlight, render_page
+from dynalize.analysis.html import chosen_steps, highlight, render_page, rollout_view
 from dynalize.analysis.runs import Run
+from dynalize.penalties.saferegex import SafeRegex
 from dynalize.report import main as report_main
 from dynalize.run import main as run_main
 
@@ -65,6 +66,8 @@ def runs(tmp_path) -> list[Path]:
         {"step": 1, "event": "add", "id": "p002", "title": "Ends on a question", "description": "d", "regex": None,
          "references": ["s03"]},
         {"step": 1, "event": "stats", "n_judged": 4, "triggers": {"p001": 3}, "prevalence": {"p001": 0.75, "p002": 0.25}},
+        {"step": 2, "event": "add", "id": "p003", "title": "Matches nothing", "description": "d", "regex": "a*",
+         "references": ["s04"]},
         {"step": 3, "event": "retire", "id": "p001", "title": "t", "reason": "no_triggers"},
         {"step": 4, "event": "revive", "id": "p001", "title": "t"},
         {"step": 4, "event": "stats", "n_judged": 4, "triggers": {"p001": 3}, "prevalence": {"p001": 0.5, "p002": 0.25}}])
@@ -89,6 +92,15 @@ def test_highlight_cuts_text_at_every_match_of_every_penalty():
         ["ok", ["p1"]], ["ay", ["p1", "p2"]], [", ", ["p2"]], ["ok", ["p1", "p2"]], ["ay", ["p1"]], [" now", []]]
     assert highlight("plain", {"p1": []}) == [["plain", []]]
     assert highlight("", {}) == [["", []]]
+
+
+def test_a_regex_too_slow_to_highlight_is_dropped_once_and_noted():
+    slow = SafeRegex("(a|aa)+$")
+    regexes, unusable = {"p1": slow}, {}
+    rows = [{"turns": [{"role": "assistant", "content": "a" * 5000 + "b"}], "verdicts": {"p1": True}}] * 3
+    views = [rollout_view(r, regexes, unusable) for r in rows]
+    assert regexes == {} and unusable["p1"].startswith("too slow to highlight")
+    assert all(v["turns"][0][1] == [["a" * 5000 + "b", []]] for v in views)
 
 
 def test_chosen_steps_spread_over_the_run_with_the_last_one():
@@ -149,6 +161,8 @@ def test_the_page_works_in_a_real_browser_and_its_filters_too(runs, tmp_path, br
     browser.js(choose(1, "step", "0"))
     assert browser.js(RENDERED)[1]["count"] == "4 of 4 rollouts" and "step 0" in browser.js(
         "document.querySelectorAll('.browser')[1].querySelector('.step').selectedOptions[0].textContent")
+    assert "p003: its regex highlights nothing here: matches the empty text" in browser.js(
+        "document.querySelectorAll('.browser')[1].textContent")
     assert browser.js(f"typeof {PWN}") == "undefined"  # no script from the run ran
     assert browser.js("document.querySelectorAll('img.figure').length") == 2  # curves + one timeline
     assert browser.js("[...document.images].every(i => i.complete && i.naturalWidth > 0)")  # the SVGs render

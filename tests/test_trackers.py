@@ -163,7 +163,8 @@ def test_trackio_holds_every_metric_the_config_and_the_tables(run, monkeypatch):
     assert tables["samples"][2][0]["reply"] == first_reply(run, 2)
     assert tables["events"][1][0]["title"] == "Doubles its vowels"
     config = SQLiteStorage.get_run_config("dynalize-test", "tracked")
-    assert config["trainer.lr"] == pytest.approx(1e-3)
+    assert config["trainer.lr"] == pytest.approx(1e-3) and config["task.name"] == "toytask:ToyTask"
+    assert "allow_val_change" not in config  # only the run's settings
 
 
 @needs("mlflow")

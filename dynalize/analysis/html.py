@@ -64,9 +64,10 @@ def highlight(text: str, spans: dict[str, list[tuple[int, int]]]) -> list[list[A
     return out or [["", []]]
 
 
-def rollout_view(row: dict[str, Any], regexes: dict[str, SafeRegex]) -> dict[str, Any]:
+def rollout_view(row: dict[str, Any], regexes: dict[str, SafeRegex], unusable: dict[str, str]) -> dict[str, Any]:
     """A rollout line as the browser shows it; policy turns cut at the matches of the regex
-    penalties it was judged on."""
+    penalties it was judged on. A regex too slow on a reply is dropped from `regexes` and noted in
+    `unusable` (penalty id → why), as the judge does."""
     judged = {pid: rx for pid, rx in regexes.items() if pid in (row.get("verdicts") or {})}
     turns = row.get("turns") or [{"role": "assistant", "content": r} for r in row.get("replies", [])]
     shown = []
@@ -76,9 +77,10 @@ def rollout_view(row: dict[str, Any], regexes: dict[str, SafeRegex]) -> dict[str
         if t.get("role") == "assistant":
             for pid, rx in judged.items():
                 try:
-                    spans[pid] = rx.spans(content)
-                except RegexTimeout:
-                    spans[pid] = []
+                    spans[pid] = rx.spans(content) if pid in regexes else []
+                except RegexTimeout as err:
+                    regexes.pop(pid)
+                    unusable[pid] = f"too slow to highlight ({err})"
         shown.append([str(t.get("role", "")), highlight(content, spans)])
     scores = row.get("scores") or {}
     return {"id": str(row.get("prompt_id", "")), "group": row.get("group"), "version": row.get("policy_version"),
@@ -92,26 +94,28 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def compiled(penalties: dict[str, Penalty]) -> dict[str, SafeRegex]:
-    """The usable regexes of `penalties`, by id (an unusable one highlights nothing)."""
+def compiled(penalties: dict[str, Penalty], unusable: dict[str, str]) -> dict[str, SafeRegex]:
+    """The usable regexes of `penalties`, by id; the others are noted in `unusable` (id → why)."""
     out = {}
     for pid, p in penalties.items():
         if p.regex:
             try:
                 out[pid] = SafeRegex(p.regex)
-            except UnsafeRegex:
-                continue
+            except UnsafeRegex as err:
+                unusable[pid] = err.reason
     return out
 
 
 def run_data(run: Run, history: PenaltyHistory, steps: int) -> dict[str, Any]:
-    """What the script of the page needs of one run: its penalties and the chosen steps' rollouts."""
-    regexes = compiled(history.penalties)
+    """What the script of the page needs of one run: its penalties, the chosen steps' rollouts and
+    the regexes that highlight nothing (and why)."""
+    unusable: dict[str, str] = {}
+    regexes = compiled(history.penalties, unusable)
     files = run.rollout_files("step")
-    return {"name": run.name, "total_steps": len(files),
-            "penalties": {pid: {"title": p.title} for pid, p in history.penalties.items()},
-            "steps": [{"step": step, "rollouts": [rollout_view(r, regexes) for r in read_jsonl(path)]}
-                      for step, path in chosen_steps(files, steps)]}
+    shown = [{"step": step, "rollouts": [rollout_view(r, regexes, unusable) for r in read_jsonl(path)]}
+             for step, path in chosen_steps(files, steps)]
+    return {"name": run.name, "total_steps": len(files), "steps": shown, "unhighlighted": unusable,
+            "penalties": {pid: {"title": p.title} for pid, p in history.penalties.items()}}
 
 
 def events_text(intervals: list[tuple[int, int | None]]) -> str:

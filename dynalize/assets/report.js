@@ -119,8 +119,11 @@
     }
     browser.appendChild(controls);
     const note = el("p", "note", "Rollouts of " + run.steps.length + " of the run's " + run.total_steps +
-                    " steps (--rollout-steps to change).");
+                    " steps (--rollout-steps to change). Badges: red, the penalty was triggered; green, not.");
     browser.appendChild(note);
+    for (const [id, why] of Object.entries(run.unhighlighted)) {
+      browser.appendChild(el("p", "note", id + ": its regex highlights nothing here: " + why));
+    }
     const count = el("p", "count");
     browser.appendChild(count);
     const list = el("div", "list");
