@@ -1,8 +1,9 @@
 """`python -m dynalize.export RUN [--step N] --out DIR`: a trained policy as a plain model directory.
 
-The policy of a checkpoint (the newest intact one, or `--step N`'s) is copied out as what
+The policy of a checkpoint (the newest intact one, or `--step N`'s) is written out as what
 `save_pretrained` writes: config, generation config, safetensors weights, the tokenizer and its
-chat template. `AutoModelForCausalLM.from_pretrained(DIR)`, `vllm serve DIR` and every other tool
+chat template, in the run's `policy.dtype` (a checkpoint of float32 master weights under a bf16
+policy is cast; one already in that dtype is copied as it is). `AutoModelForCausalLM.from_pretrained(DIR)`, `vllm serve DIR` and every other tool
 that reads the Hugging Face format load it unchanged; nothing of dynalize is needed. The
 checkpoint is verified against its manifest first, and DIR is written whole or not at all.
 
@@ -13,6 +14,7 @@ Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damag
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from pathlib import Path
 import structlog
 
 from .checkpoint import checkpoints, damage
+from .config import read_yaml
 from .errors import ConfigError
 
 log = structlog.get_logger("dynalize.export")
@@ -56,13 +59,37 @@ def export_policy(run: str | Path, out: str | Path, step: int | None = None, ove
         raise ConfigError(f"{out} already holds files: choose another --out, or pass --overwrite")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
+    dtype = policy_dtype(run)
+    if saved_dtype(source) == dtype:
+        shutil.copytree(source, tmp)
+    else:
+        resave(source, tmp, dtype)
     if not has_chat_template(tmp):
         log.warning("export.no_chat_template", out=str(out),
                     why="the policy's tokenizer has none (nor had its base model): set one before chatting with it")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
+
+
+def policy_dtype(run: Path) -> str:
+    """The run's `policy.dtype` (its config.yaml; float32 where it names none)."""
+    return (read_yaml(run / "config.yaml").get("policy") or {}).get("dtype", "float32")
+
+
+def saved_dtype(model_dir: Path) -> str | None:
+    """The dtype a saved model's config.json names."""
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    return config.get("dtype") or config.get("torch_dtype")
+
+
+def resave(source: Path, out: Path, dtype: str) -> None:
+    """The model and tokenizer of `source` saved again to `out`, the weights cast to `dtype`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoModelForCausalLM.from_pretrained(str(source), dtype=getattr(torch, dtype)).save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(out))
 
 
 def has_chat_template(model_dir: Path) -> bool:

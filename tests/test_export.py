@@ -57,6 +57,20 @@ def test_export_final_false_writes_no_final_directory(toy_overrides, tmp_path):
     assert not (tmp_path / "default" / "final").exists()
 
 
+def test_a_bf16_policy_trained_on_float32_master_weights_is_exported_in_bf16(toy_overrides, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    assert run_main([*toy_overrides, "steps=1", "policy.dtype=bfloat16", "trainer.master_weights=float32"]) == 0
+    run = tmp_path / "default"
+    master = weights(run / "checkpoints" / "step_000001" / "policy")
+    assert {v.dtype for v in master.values()} == {torch.float32}  # the checkpoint keeps the master weights
+    final = weights(run / "final")
+    assert final.keys() == master.keys() and all(torch.equal(final[k], v.to(torch.bfloat16)) for k, v in master.items())
+    assert json.loads((run / "final" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert AutoModelForCausalLM.from_pretrained(run / "final").dtype == torch.bfloat16
+    assert (run / "final" / "chat_template.jinja").is_file()
+
+
 def test_export_cli_writes_the_chosen_checkpoint(run, tmp_path, capsys):
     assert export_main([str(run), "--step", "1", "--out", str(tmp_path / "one")]) == 0
     assert "exported" in capsys.readouterr().out
