@@ -14,6 +14,8 @@ class _Section(BaseModel):
 
 
 class LexicalConfig(_Section):
+    """Thresholds of the LLM-free proposer's contrast of positive and negative replies (docs/penalties.md)."""
+
     min_groups: int = Field(2, ge=1)
     """A pattern must occur in positive-advantage replies of at least this many groups."""
     min_diff: float = Field(0.4, gt=0, le=1)
@@ -47,6 +49,8 @@ class LexicalConfig(_Section):
 
 
 class ProposerConfig(_Section):
+    """Who proposes penalties, and the limits on what an LLM proposer may return."""
+
     engine: Literal["lexical", "llm"] = "lexical"
     """`lexical` (n-gram / opener / closer contrast, no LLM) or `llm` (a ChatModel proposes)."""
     chat: ChatModelConfig | None = None
@@ -73,6 +77,8 @@ class ProposerConfig(_Section):
 
 
 class JudgeConfig(_Section):
+    """Who judges rollouts against the live penalties, with retries, a cache and failure limits."""
+
     engine: Literal["regex", "llm"] = "regex"
     """`regex` (lexical penalties only, no LLM) or `llm` (a ChatModel judges the rest)."""
     chat: ChatModelConfig | None = None
@@ -105,6 +111,8 @@ class JudgeConfig(_Section):
 
 
 class PenaltiesConfig(_Section):
+    """Dynalize's evolving penalties: reward = RM − λ · violations (off = the RM-only baseline)."""
+
     enabled: bool = False
     """Dynalize on (evolving penalties) or off (the RM-only baseline)."""
     lam: float = Field(0.5, ge=0)
