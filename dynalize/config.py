@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
+from .rubrics.config import RubricConfig
 
 __all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "load_config", "parse_override", "read_yaml",
            "resume_conflict", "validate"]
@@ -64,6 +65,8 @@ class GeneratorConfig(Section):
 class RewardModelConfig(Section):
     """The reward model whose score is the `rm` reward term."""
 
+    enabled: bool = True
+    """Add the reward model's score to the reward (`rm`); false for a rubric-only reward."""
     engine: str = "task"
     """`task` (the task supplies its RM), `hf` (sequence classifier), or `python` (a function)."""
     path: str | None = None
@@ -168,6 +171,9 @@ class RunConfig(Section):
     task: TaskConfig = TaskConfig()
     penalties: PenaltiesConfig = PenaltiesConfig()
     """Dynalize's evolving penalties (off = the RM-only baseline)."""
+    rubric: RubricConfig = RubricConfig()
+    """Rubric rewards: per-prompt weighted criteria a judge checks, Rubric Dropout, POW3R-style
+    reweighting, and the proxy/gold measurement (off by default)."""
 
     @model_validator(mode="after")
     def _batch_divides(self) -> "RunConfig":
@@ -175,6 +181,12 @@ class RunConfig(Section):
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be a multiple of group_size ({self.group_size})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _has_a_reward(self) -> "RunConfig":
+        if not (self.reward_model.enabled or self.rubric.enabled):
+            raise ValueError("the reward needs reward_model.enabled or rubric.enabled (or both)")
         return self
 
     @property

@@ -1,0 +1,81 @@
+"""The proxy/gold measurement: the same replies graded on their full rubrics by two judges.
+
+The *proxy* is the judge the policy trains against; the *gold* judge is a stronger one that the
+policy never sees. Over a held-out set (out of distribution: other prompts, other rubrics):
+
+    proxy, gold     benchmark scores (mean of per-reply rubric scores, clipped to [0, 1])
+    gap             proxy − gold
+    overclaim       over the (reply, positive criterion) pairs the proxy marks met, the share
+                    gold marks unmet: credit given without the substance
+    missed_pitfalls over the (reply, pitfall) pairs gold marks present, the share the proxy
+                    misses: the other way a proxy can be exploited
+    per criterion / per tag: met rates under both judges (`<judge>_met/<id>`, `<judge>_met/tag:<tag>`)
+
+A reply for which either judge failed a verdict is left out of every number (`unscored`):
+a failed verdict is not "unmet".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .criteria import Criterion, benchmark_score, rubric_score
+
+
+@dataclass
+class Graded:
+    """One reply's verdicts under both judges, on its full rubric."""
+
+    criteria: Sequence[Criterion]
+    proxy: Mapping[str, bool]
+    gold: Mapping[str, bool]
+    failed: set[str] = field(default_factory=set)
+    """Criterion ids either judge failed to decide."""
+
+
+def _rate(hits: int, n: int) -> float:
+    return hits / n if n else 0.0
+
+
+def measure(graded: Sequence[Graded], per_criterion_limit: int = 64) -> dict[str, float]:
+    """The protocol's numbers for `graded` (see the module docstring). Per-criterion rates are
+    reported only when at most `per_criterion_limit` distinct criterion ids occur (datasets whose
+    ids are unique per prompt would log thousands); per-tag rates always."""
+    scored = [g for g in graded if not g.failed]
+    out: dict[str, float] = {"replies": float(len(graded)), "unscored": float(len(graded) - len(scored))}
+    if not scored:
+        return out
+    proxy = [rubric_score(g.criteria, g.proxy) for g in scored]
+    gold = [rubric_score(g.criteria, g.gold) for g in scored]
+    out["proxy"], out["gold"] = benchmark_score(proxy), benchmark_score(gold)
+    out["gap"] = out["proxy"] - out["gold"]
+    out["proxy_raw"], out["gold_raw"] = statistics.fmean(proxy), statistics.fmean(gold)
+    claimed = overclaimed = present = missed = 0
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # key → [replies, proxy met, gold met]
+    ids: set[str] = set()
+    for g in scored:
+        for c in g.criteria:
+            p, q = bool(g.proxy.get(c.id)), bool(g.gold.get(c.id))
+            if c.weight > 0 and p:
+                claimed += 1
+                overclaimed += not q
+            if c.weight < 0 and q:
+                present += 1
+                missed += not p
+            ids.add(c.id)
+            for key in [c.id, *(f"tag:{t}" for t in c.tags)]:
+                n = counts[key]
+                n[0] += 1
+                n[1] += p
+                n[2] += q
+    out["overclaim"] = _rate(overclaimed, claimed)
+    out["missed_pitfalls"] = _rate(missed, present)
+    for key, (n, p, q) in sorted(counts.items()):
+        if not key.startswith("tag:") and len(ids) > per_criterion_limit:
+            continue
+        out[f"proxy_met/{key}"] = _rate(p, n)
+        out[f"gold_met/{key}"] = _rate(q, n)
+    return out
