@@ -81,6 +81,7 @@ BUILTIN_TASKS = {
     "creative_writing": "dynalize.tasks.creative_writing:CreativeWritingTask",
     "counseling": "dynalize.tasks.counseling:CounselingTask",
     "counseling_multiturn": "dynalize.tasks.counseling:CounselingMultiturnTask",
+    "rubric": "dynalize.tasks.rubric:RubricTask",
 }
 
 
