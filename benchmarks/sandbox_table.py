@@ -90,12 +90,19 @@ def run_one(arm: str, seed: int, args: argparse.Namespace, features: list[Featur
     cmd = [sys.executable, "-m", "dynalize.run", "--config", str(ROOT / "configs" / f"sandbox_{arm}.yaml"),
            f"output_dir={args.out}", f"name={name}", f"seed={seed}", f"steps={args.steps}", "progress=false",
            f"task.args.features={feats}", *args.overrides]
+    return launch(cmd, run_dir, ROOT / "configs" / f"sandbox_{arm}.yaml", args.steps, args.reuse)
+
+
+def launch(cmd: list[str], run_dir: Path, config: Path, steps: int, reuse: bool) -> dict[str, Any]:
+    """Run `cmd` (a `python -m dynalize.run ...` into `run_dir`), logging to `<run_dir>.log`; with
+    `reuse`, keep a run that finished with the same command and config file text."""
+    name = run_dir.name
     # the command (but where it writes: runs may be copied between --out folders) and the config
     # file's text (code changes are not detected: rerun without --reuse)
     wanted = (" ".join(c for c in cmd[3:] if not c.startswith("output_dir=")) + "\n"
-              + (ROOT / "configs" / f"sandbox_{arm}.yaml").read_text(encoding="utf-8"))
+              + config.read_text(encoding="utf-8"))
     stamp = run_dir / "benchmark_cmd.txt"
-    if args.reuse and finished(run_dir, args.steps) and stamp.is_file() and stamp.read_text() == wanted:
+    if reuse and finished(run_dir, steps) and stamp.is_file() and stamp.read_text() == wanted:
         return {"run": name, "seconds": None, "reused": True}
     if run_dir.exists():
         shutil.rmtree(run_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import structlog
 from pydantic import BaseModel, ValidationError
 
 from . import tiny
@@ -22,14 +23,18 @@ from .hooks import declares
 from .loop import Parts
 from .penalties.buffer import PenaltyBuffer
 from .penalties.config import PenaltiesConfig
-from .penalties.judge import Judge, RegexJudge
+from .penalties.judge import PENALTY_PROMPT, RUBRIC_PROMPT, Judge, RegexJudge
 from .penalties.lexical import LexicalProposer
 from .penalties.proposer import LLMProposer
 from .plugins import import_object
-from .rewards import PenaltyTerm, RewardTerm, RMTerm
+from .rewards import PenaltyTerm, RewardTerm, RMTerm, RubricTerm
+from .rubrics.config import RubricJudgeConfig
+from .rubrics.criteria import RubricError, rubric_from_meta
 from .runlog import RunDir
 from .tasks.base import BUILTIN_TASKS, Task, build_task, task_class, task_prompts
 from .trackers import check_installed as check_trackers_installed
+
+log = structlog.get_logger("dynalize.build")
 
 GENERATORS = ("hf", "vllm", "remote")
 REWARD_MODELS = ("task", "hf", "python")
@@ -162,10 +167,55 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
     return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
 
 
+def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: bool = True,
+                         chat_factory=build_chat_model) -> Judge:
+    """A judge of rubric criteria: local (regexes, then `predicate`) or an LLM, with the rubric or
+    the penalty prompt. `cache=False`: every verdict is asked anew (the gold judge)."""
+    if not cache:
+        cfg = cfg.model_copy(update={"cache_size": 0})
+    predicate = import_object(cfg.predicate, "rubric judge predicate") if cfg.predicate else None
+    chat = chat_factory(cfg.chat) if cfg.engine == "llm" else None
+    prompt = RUBRIC_PROMPT if cfg.prompt == "rubric" else PENALTY_PROMPT
+    return Judge(chat, cfg, domain=domain, predicate=predicate, prompt=prompt)
+
+
+def check_rubrics(cfg: RunConfig, task: Task) -> None:
+    """Every prompt the rubric term will read carries a usable rubric (one line naming the first that does not)."""
+    splits = ["train", "eval"] if cfg.eval_every else ["train"]
+    for split in splits:
+        for p in task.prompts(split):  # type: ignore[arg-type]
+            try:
+                found = rubric_from_meta(p.meta)
+            except RubricError as e:
+                raise ConfigError(f"config error: rubric.enabled: task {cfg.task.name!r} prompt {p.id!r}: {e}") from None
+            if found is None:
+                raise ConfigError(f"config error: rubric.enabled needs prompts with a rubric, but task "
+                                  f"{cfg.task.name!r} {split} prompt {p.id!r} has no meta['rubric']")
+
+
+def build_rubric_term(cfg: RunConfig, task: Task, chat_factory=build_chat_model) -> RubricTerm:
+    """The rubric term: the training (proxy) judge, the gold judge if set, dropout and weights."""
+    r = cfg.rubric
+    check_rubrics(cfg, task)
+    if (r.dropout.f > 0 or r.dropout.tag_rates or r.dropout.id_rates) and not cfg.trainer.loss.std_normalize:
+        log.warning("rubric dropout with mean-only advantages: each group's advantages scale with 1 / (its "
+                    "kept positive weight); Proposition 1 (the normaliser cancels) needs "
+                    "trainer.loss.std_normalize: true")
+    judge = build_criteria_judge(r.judge, domain=task.description, chat_factory=chat_factory)
+    gold = None
+    if r.gold_judge is not None:
+        gold = build_criteria_judge(r.gold_judge, domain=task.description, cache=False, chat_factory=chat_factory)
+    return RubricTerm(r, judge, gold, steps=cfg.steps)
+
+
 def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
-    """The terms whose sum is the reward: the RM, and Dynalize's penalties when enabled."""
-    owner = f"reward function {cfg.reward_model.path}" if cfg.reward_model.engine == "python" else None
-    terms: list[RewardTerm] = [RMTerm(build_reward_model(cfg, task), task, owner)]
+    """The terms whose sum is the reward, any combination: the RM, the rubric term, Dynalize's penalties."""
+    terms: list[RewardTerm] = []
+    if cfg.reward_model.enabled:
+        owner = f"reward function {cfg.reward_model.path}" if cfg.reward_model.engine == "python" else None
+        terms.append(RMTerm(build_reward_model(cfg, task), task, owner))
+    if cfg.rubric.enabled:
+        terms.append(build_rubric_term(cfg, task))
     if cfg.penalties.enabled:
         terms.append(build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed))
     return terms
@@ -177,13 +227,13 @@ def check_config(cfg: RunConfig) -> None:
     """Fail before any model loads: unknown engine or task names, model paths that do not exist."""
     if cfg.generator.engine not in GENERATORS:
         raise _unknown("generator", cfg.generator.engine, GENERATORS)
-    if cfg.reward_model.engine not in REWARD_MODELS:
+    if cfg.reward_model.enabled and cfg.reward_model.engine not in REWARD_MODELS:
         raise _unknown("reward model", cfg.reward_model.engine, REWARD_MODELS)
     task_class(cfg.task.name)
     check_trackers_installed(cfg.report_to)
     _check_model_dir("policy.path", cfg.policy.path)
     rm = cfg.reward_model
-    if rm.engine == "hf" and rm.path:
+    if rm.enabled and rm.engine == "hf" and rm.path:
         _check_model_dir("reward_model.path", rm.path)
 
 

@@ -331,7 +331,8 @@ class Orchestrator:
                               min_p=g.min_p, seed=derived_seed(self.p.cfg.seed, *seed_parts))
 
     async def evaluate(self, version: int) -> dict[str, float]:
-        """Held-out replies from the current policy, scored by the task (e.g. sandbox gold) and the RM."""
+        """Held-out replies from the current policy, scored by the task (e.g. sandbox gold), the RM, and
+        each term's own evaluation (`RewardTerm.evaluate`: the rubric term's proxy/gold measurement)."""
         n = self.p.cfg.eval_samples
         groups = await sample_groups(self.p.generator, self.p.tokenizer, self.p.task, self.eval_prompts, n,
                                      self.sampling("eval"))
@@ -344,10 +345,13 @@ class Orchestrator:
                 task.evaluate, conversations=[r.conversation for r in rollouts]))
             if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
                 raise TypeError(f"returned {metrics!r:.80}, not a dict of metric name → number")
+        batch = Batch(version, groups)
         rm = self.p.term("rm")
         if rm is not None:
-            await score_batch([rm], Batch(version, groups))
+            await score_batch([rm], batch)
             metrics = {**metrics, "rm": statistics.fmean(r.scores["rm"] for r in rollouts)}
+        for term in self.p.terms:  # e.g. the rubric term's proxy/gold measurement
+            metrics.update(await term.evaluate(batch))
         append_jsonl(self.p.run.eval_path, {"version": version, **metrics})
         self.eval_rows += 1
         self.p.run.log_rollouts(version, rollouts, name="eval")

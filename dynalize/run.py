@@ -199,8 +199,10 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
     t.add_column("metric")
     t.add_column("first", justify="right")
     t.add_column("last", justify="right")
-    eval_keys = dict.fromkeys(k for h in history for k in h if k.startswith("eval/"))  # the task's own too
-    rows = ["reward/mean", "rm/mean", "gen_len/mean", "loss", *eval_keys, "penalties/active"]
+    eval_keys = dict.fromkeys(k for h in history for k in h if k.startswith("eval/")  # the task's own too
+                              and "_met/" not in k)  # not every criterion's met rate
+    rows = ["reward/mean", "rm/mean", "rubric/masked", "rubric/full", "gen_len/mean", "loss", *eval_keys,
+            "penalties/active"]
     first, last = history[0], history[-1]
     for key in rows:
         evals = [h[key] for h in history if key in h]

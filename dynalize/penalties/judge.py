@@ -1,25 +1,30 @@
-"""The judge: binary verdicts of every active penalty on a text, in one pass per text.
+"""The judge: binary verdicts of every check (active penalties, or a rubric's criteria) on a
+text, in one pass per text. Penalties and rubric criteria go through the same code; what
+differs is the prompt (`JudgePrompt`: its templates, how it lists the checks, the answer keys).
 
 Penalties with a regex are decided locally, in a worker thread, each pattern within a time
 budget (saferegex): a pattern that does not compile or runs past its budget fails its verdicts,
 is counted (`regex_timeouts`) and is set aside for the run (`unusable_regexes`; the penalty
-term retires its penalty). The rest go to a ChatModel in one call per text (per policy reply
-in multi-turn) asking for `{penalty_id: true|false}`. Ids the model invents are ignored; a reply
+term retires its penalty). A judge given a Python `predicate` decides the checks without a
+regex with it (a rule-based judge, no LLM: a predicate that raises or returns a non-bool fails
+that verdict, counted). The rest go to a ChatModel in one call per text (per policy reply
+in multi-turn) asking for `{penalty_id: true|false}` (for rubric criteria, `{c1: ..., cN: ...}`). Ids the model invents are ignored; a reply
 missing ids, or with a verdict that is not true/false (a cut answer), is retried (chat_json),
 and ids still without a verdict after the retries, or every id of a call that yields no JSON
 object at all, count as failures (`failed`; the penalty term never reads them as "not
 triggered"). LLM calls share a time budget per `assess` (once per training step,
 `time_budget_s`): verdicts not in by then fail too. Texts, contexts and the penalty list are
 fenced as data (see prompting.fence). Complete LLM answers are cached by (text, context,
-buffer version).
+buffer version, or for a rubric a hash of its criteria).
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol, Sequence
 
 import anyio
 import structlog
@@ -27,15 +32,44 @@ import structlog
 from ..backends.base import ChatModel
 from ..backends.chat import ChatJSONError, chat_json, parse_json
 from ..errors import describe
-from ..types import Message, Penalty
+from ..types import Message
 from .config import JudgeConfig
-from .prompting import fence, new_nonce, penalty_list, render
+from .prompting import criteria_list, fence, new_nonce, penalty_list, render
 from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 
 log = structlog.get_logger("dynalize.penalties.judge")
 
 _TRUE = {"true", "yes", "y", "1", "triggered"}
 _FALSE = {"false", "no", "n", "0", "not triggered"}
+
+
+class Checkable(Protocol):
+    """What a judge checks: a penalty or a rubric criterion (an id, maybe a regex)."""
+
+    id: str
+    regex: str | None
+
+
+Predicate = Callable[[str, Any, str | None], bool]
+"""A local decider: (reply, check, conversation transcript or None) -> met / triggered."""
+
+
+@dataclass(frozen=True)
+class JudgePrompt:
+    """How an LLM judge is asked: templates (prompts/<name>.txt), how the checks are listed and
+    fenced, and whether the answer's keys are positional (`c1`..`cN`, for rubric criteria whose
+    ids can be long) or the checks' own ids (penalties: `p001`)."""
+
+    system: str
+    user: str
+    listing: Callable[[Sequence[Any], Sequence[str]], str]
+    label: str
+    """The fence tag of the list (`<label-nonce>`)."""
+    positional: bool = False
+
+
+PENALTY_PROMPT = JudgePrompt("judge_system", "judge_user", lambda items, keys: penalty_list(items), "penalties")
+RUBRIC_PROMPT = JudgePrompt("rubric_judge_system", "rubric_judge_user", criteria_list, "rubric", positional=True)
 
 
 @dataclass
@@ -49,6 +83,7 @@ class JudgeStats:
     failures: int = 0
     cache_hits: int = 0
     lexical: int = 0
+    predicate: int = 0
     regex_timeouts: int = 0
     latency_sum: float = 0.0
     latency_max: float = 0.0
@@ -62,6 +97,30 @@ class JudgeStats:
     def reset(self) -> None:
         for f in fields(self):
             setattr(self, f.name, type(getattr(self, f.name))())
+
+
+class FailureWindow:
+    """Verdicts asked and failed over the last `window` judged steps (steps that asked any), and
+    the reason to stop a run whose judge fails more than `max_rate` of them."""
+
+    def __init__(self, max_rate: float | None, window: int):
+        self.max_rate = max_rate
+        self.steps: deque[tuple[int, int]] = deque(maxlen=window)  # (failed, asked)
+
+    def add(self, failed: int, asked: int) -> None:
+        if asked:
+            self.steps.append((failed, asked))
+
+    def stop_reason(self, setting: str, last_error: str | None) -> str | None:
+        """One line when the window is full and too many failed (`setting` names the knob), else None."""
+        if self.max_rate is None or len(self.steps) < (self.steps.maxlen or 0):
+            return None
+        failed, asked = (sum(x) for x in zip(*self.steps))
+        if failed <= self.max_rate * asked:
+            return None
+        return (f"the judge failed {failed} of {asked} verdicts ({failed / asked:.0%}) over the last "
+                f"{len(self.steps)} judged steps, more than {setting}={self.max_rate}; "
+                f"last error: {last_error or 'none recorded'}")
 
 
 @dataclass
@@ -120,10 +179,16 @@ def verdict_schema(ids: Sequence[str]) -> dict[str, Any]:
 
 
 class Judge:
-    """Judges texts against penalties. Without a `chat` model only regex penalties get verdicts."""
+    """Judges texts against checks (penalties or rubric criteria). Without a `chat` model or a
+    `predicate`, only checks with a regex get verdicts."""
 
-    def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None, *, domain: str = ""):
+    def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None, *, domain: str = "",
+                 predicate: Predicate | None = None, prompt: JudgePrompt = PENALTY_PROMPT):
         self.chat = chat
+        self.predicate = predicate
+        """Decides the checks without a regex locally (no LLM call)."""
+        self.prompt = prompt
+        """How the LLM is asked (penalties or rubric criteria)."""
         self.cfg = cfg or JudgeConfig()
         """Retries, time budget and cache size (penalties.config.JudgeConfig); `max_concurrency`
         is applied to the chat model by `dynalize.build` (a call waiting out a backoff holds no slot)."""
@@ -134,46 +199,58 @@ class Judge:
         """Why the latest failed verdicts failed, in one line (shown when the run stops on failures)."""
         self.unusable_regexes: dict[str, str] = {}
         """Patterns set aside for the run (bad, or past their time budget once), with the reason."""
-        self._cache: OrderedDict[tuple[str, str | None, int], dict[str, bool]] = OrderedDict()
+        self.window = FailureWindow(self.cfg.max_failure_rate, self.cfg.failure_window)
+        """Failed verdicts over the last judged steps (the term adds each step's; `stop_reason`)."""
+        self._cache: OrderedDict[tuple[str, str | None, Hashable], dict[str, bool]] = OrderedDict()
 
-    async def judge(self, texts: list[str], penalties: list[Penalty], buffer_version: int,
+    async def judge(self, texts: list[str], penalties: Sequence[Checkable], buffer_version: Hashable,
                     contexts: Sequence[str | None] | None = None) -> list[dict[str, bool]]:
         """One `{penalty_id: triggered}` per text; undecided verdicts are False (and counted)."""
         return [j.verdicts for j in await self.assess(texts, penalties, buffer_version, contexts)]
 
-    async def assess(self, texts: list[str], penalties: list[Penalty], buffer_version: int,
+    async def assess(self, texts: list[str], penalties: Sequence[Checkable], buffer_version: Hashable,
                      contexts: Sequence[str | None] | None = None) -> list[Judgement]:
-        """Like `judge`, also saying which verdicts failed. `contexts[i]` is what text i replies to."""
+        """Like `judge`, also saying which verdicts failed. `contexts[i]` is what text i replies to;
+        `buffer_version` names the set of checks in the cache key (for a rubric: a hash of it)."""
         ctxs = list(contexts) if contexts is not None else [None] * len(texts)
         if len(ctxs) != len(texts):
             raise ValueError(f"{len(ctxs)} contexts for {len(texts)} texts")
         out = [Judgement({}) for _ in texts]
         lexical = [p for p in penalties if p.regex]
-        semantic = [p for p in penalties if not p.regex]
+        local = [p for p in penalties if not p.regex] if self.predicate else []
+        semantic = [p for p in penalties if not p.regex and not self.predicate]
         if lexical and texts:  # off the event loop: matching is CPU work (bounded, see saferegex)
             await anyio.to_thread.run_sync(self._judge_lexical, texts, lexical, out)
+        if local and texts:
+            await anyio.to_thread.run_sync(self._judge_predicate, texts, ctxs, local, out)
         if semantic:
             await self._judge_semantic(texts, ctxs, semantic, buffer_version, out)
         return out
 
-    def messages(self, text: str, penalties: Sequence[Penalty], context: str | None = None,
+    def keys(self, checks: Sequence[Checkable]) -> list[str]:
+        """The answer's keys for `checks`: their ids, or `c1`..`cN` for a positional prompt."""
+        return [f"c{i + 1}" for i in range(len(checks))] if self.prompt.positional else [c.id for c in checks]
+
+    def messages(self, text: str, penalties: Sequence[Checkable], context: str | None = None,
                  nonce: str | None = None) -> list[Message]:
-        """The judge's prompt for one text; `text`, `context` and the penalties are fenced as data
+        """The judge's prompt for one text; `text`, `context` and the checks are fenced as data
         (penalty titles and descriptions are written by the proposer from rollout text)."""
-        listing = penalty_list(penalties)
+        keys = self.keys(penalties)
+        listing = self.prompt.listing(penalties, keys)
         nonce = nonce or new_nonce(text, context or "", listing)
         ctx = ""
         if context:
             ctx = (f"\nThe conversation the reply answers is between <context-{nonce}> and "
                    f"</context-{nonce}>:\n{fence('context', context, nonce)}\n")
-        user = render("judge_user", penalties=fence("penalties", listing, nonce), context=ctx, nonce=nonce,
-                      reply=fence("reply", text, nonce), ids=", ".join(p.id for p in penalties))
-        system = render("judge_system", domain=self.domain or "(not described)")
+        items = fence(self.prompt.label, listing, nonce)
+        user = render(self.prompt.user, penalties=items, items=items, context=ctx, nonce=nonce,
+                      reply=fence("reply", text, nonce), ids=", ".join(keys))
+        system = render(self.prompt.system, domain=self.domain or "(not described)")
         return [Message("system", system), Message("user", user)]
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _judge_lexical(self, texts: list[str], penalties: list[Penalty], out: list[Judgement]) -> None:
+    def _judge_lexical(self, texts: list[str], penalties: list[Checkable], out: list[Judgement]) -> None:
         """Each regex penalty over all `texts` within its budget; an unusable pattern fails its verdicts."""
         for p in penalties:
             pattern = p.regex or ""
@@ -200,8 +277,28 @@ class Judge:
                 j.verdicts[p.id] = hit
             self.stats.lexical += len(out)
 
-    async def _judge_semantic(self, texts: list[str], ctxs: list[str | None], penalties: list[Penalty],
-                              version: int, out: list[Judgement]) -> None:
+    def _judge_predicate(self, texts: list[str], ctxs: list[str | None], checks: list[Checkable],
+                         out: list[Judgement]) -> None:
+        """Each check without a regex decided by the predicate; a raise or a non-bool fails the verdict."""
+        assert self.predicate is not None
+        for j, text, ctx in zip(out, texts, ctxs):
+            for c in checks:
+                try:
+                    v = self.predicate(text, c, ctx)
+                except Exception as e:  # noqa: BLE001 - a bad check fails its verdict, counted
+                    v = e
+                if isinstance(v, bool):
+                    j.verdicts[c.id] = v
+                    self.stats.predicate += 1
+                    continue
+                j.verdicts[c.id] = False
+                j.failed.add(c.id)
+                self.stats.failures += 1
+                self.last_error = f"predicate on {c.id}: {type(v).__name__}: {v}"[:300]
+                log.warning("judge.predicate_failed", check=c.id, result=self.last_error)
+
+    async def _judge_semantic(self, texts: list[str], ctxs: list[str | None], penalties: list[Checkable],
+                              version: Hashable, out: list[Judgement]) -> None:
         ids = [p.id for p in penalties]
         if self.chat is None:
             for j in out:
@@ -210,7 +307,7 @@ class Judge:
             self.stats.failures += len(ids) * len(out)
             return
         keys = [(t, c, version) for t, c in zip(texts, ctxs)]
-        answers: dict[tuple[str, str | None, int], Judgement] = {}
+        answers: dict[tuple[str, str | None, Hashable], Judgement] = {}
         todo = []
         for key in dict.fromkeys(keys):  # unique, in order
             if key in self._cache:
@@ -220,7 +317,7 @@ class Judge:
                 todo.append(key)
         self.stats.cache_hits += len(keys) - len(todo)  # cached texts, and repeats within this call
 
-        async def one(key: tuple[str, str | None, int]) -> None:
+        async def one(key: tuple[str, str | None, Hashable]) -> None:
             answers[key] = await self._call(key, penalties, ids)
 
         with anyio.move_on_after(self.cfg.time_budget_s):
@@ -239,15 +336,16 @@ class Judge:
             j.verdicts.update(answers[key].verdicts)
             j.failed.update(answers[key].failed)
 
-    async def _call(self, key: tuple[str, str | None, int], penalties: list[Penalty],
+    async def _call(self, key: tuple[str, str | None, Hashable], penalties: list[Checkable],
                     ids: list[str]) -> Judgement:
         text, context, _ = key
+        asked = self.keys(penalties)
         assert self.chat is not None  # it bounds its own requests in flight (see build_penalty_term)
         t0 = time.perf_counter()
         error = None
         try:
-            raw = await chat_json(self.chat, self.messages(text, penalties, context), verdict_schema(ids),
-                                  retries=self.cfg.retries, check=lambda value: verdict_problem(value, ids))
+            raw = await chat_json(self.chat, self.messages(text, penalties, context), verdict_schema(asked),
+                                  retries=self.cfg.retries, check=lambda value: verdict_problem(value, asked))
         except ChatJSONError as e:  # retried already; keep what the last answer did decide
             error = describe(e)
             raw = await anyio.to_thread.run_sync(salvage, e.raw)
@@ -265,7 +363,9 @@ class Judge:
             self.stats.failed_calls += 1
             self.stats.failures += len(ids)
             return Judgement(dict.fromkeys(ids, False), set(ids))
-        verdicts, failed = parse_verdicts(raw, ids)
+        by_key, failed_keys = parse_verdicts(raw, asked)
+        verdicts = {i: by_key[k] for i, k in zip(ids, asked)}
+        failed = {i for i, k in zip(ids, asked) if k in failed_keys}
         self.stats.failures += len(failed)
         if failed:
             self.last_error = error or f"no valid verdict for {', '.join(sorted(failed))}"

@@ -10,7 +10,7 @@ import secrets
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     from ..types import Message, Penalty
@@ -51,6 +51,11 @@ def penalty_list(penalties: Sequence["Penalty"], *, regex: bool = False) -> str:
         return f"- {p.id}: {p.title}. {p.description}{shown}"
 
     return "\n".join(line(p) for p in penalties) or "(none)"
+
+
+def criteria_list(criteria: Sequence[Any], keys: Sequence[str]) -> str:
+    """Rubric criteria as prompt lines `- c3: <text>` under the keys the judge answers with."""
+    return "\n".join(f"- {k}: {c.text}" for k, c in zip(keys, criteria)) or "(none)"
 
 
 def transcript(conversation: Sequence["Message"]) -> str | None:

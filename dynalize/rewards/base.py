@@ -66,6 +66,12 @@ class RewardTerm(abc.ABC):
         every step; the loop writes a checkpoint first, so a fixed run resumes."""
         return None
 
+    async def evaluate(self, batch: Batch) -> dict[str, float]:
+        """Held-out metrics of the term on an evaluation batch (logged as `eval/<key>`, e.g. the
+        rubric term's proxy/gold measurement); fields set in a rollout's `info` are written with
+        the evaluation's rollouts."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of the term (JSON-ready)."""
         return {}

@@ -74,7 +74,6 @@ class PenaltyTerm(RewardTerm):
         self._scope: anyio.CancelScope | None = None
         self.totals: dict[str, float] = {}
         self._step: dict[str, float] = {}
-        self._judged: deque[tuple[int, int]] = deque(maxlen=cfg.judge.failure_window)  # (failed, asked)
         self._proposals_failed_in_a_row = 0
         self._proposer_error: str | None = None
 
@@ -122,8 +121,8 @@ class PenaltyTerm(RewardTerm):
         asked, n_failed = len(texts) * len(active), sum(len(j.failed) for j in judgements)
         self._count("judge/verdicts", asked)
         self._count("judge/failed_verdicts", n_failed)
+        self.judge.window.add(n_failed, asked)
         if asked:
-            self._judged.append((n_failed, asked))
             self._step["judge/failure_rate"] = n_failed / asked
         info = [{"verdicts": v, "violations": k, "judge_failed": sorted(f)}
                 for v, k, f in zip(verdicts, violations, failed)]
@@ -188,13 +187,10 @@ class PenaltyTerm(RewardTerm):
     def stop_reason(self) -> str | None:
         """A judge failing more than `max_failure_rate` of its verdicts over the last
         `failure_window` judged steps, or `max_failed_proposals` failed proposals in a row."""
-        j, p = self.cfg.judge, self.cfg.proposer
-        if j.max_failure_rate is not None and len(self._judged) == j.failure_window:
-            failed, asked = (sum(x) for x in zip(*self._judged))
-            if failed > j.max_failure_rate * asked:
-                return (f"the judge failed {failed} of {asked} verdicts ({failed / asked:.0%}) over the last "
-                        f"{j.failure_window} judged steps, more than penalties.judge.max_failure_rate="
-                        f"{j.max_failure_rate}; last error: {self.judge.last_error or 'none recorded'}")
+        p = self.cfg.proposer
+        judge = self.judge.window.stop_reason("penalties.judge.max_failure_rate", self.judge.last_error)
+        if judge:
+            return judge
         if p.max_failed_proposals is not None and self._proposals_failed_in_a_row >= p.max_failed_proposals:
             return (f"the proposer failed its last {self._proposals_failed_in_a_row} proposals "
                     f"(penalties.proposer.max_failed_proposals={p.max_failed_proposals}); "

@@ -73,7 +73,14 @@ class RubricJudgeConfig(JudgeConfig):
     """local: `module:function(reply, criterion, conversation) -> bool` deciding the criteria
     that have no regex (e.g. a task's rule-based checker)."""
     prompt: Literal["rubric", "penalty"] = "rubric"
-    """The prompt templates an LLM judge reads (dynalize/penalties/prompts/<prompt>_judge_*.txt)."""
+    """The prompt an LLM judge reads: `rubric` (prompts/rubric_judge_*.txt: criteria met or not)
+    or `penalty` (prompts/judge_*.txt: behaviours present or not)."""
+
+    @model_validator(mode="after")
+    def _predicate_is_local(self) -> "RubricJudgeConfig":
+        if self.predicate and self.engine != "local":
+            raise ValueError("predicate is for engine 'local' (an llm judge decides with its chat model)")
+        return self
 
 
 class RubricConfig(_Section):

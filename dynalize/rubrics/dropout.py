@@ -118,16 +118,21 @@ def full_mask(criteria: Sequence[Criterion]) -> Mask:
     return Mask(frozenset(c.id for c in criteria), n, n)
 
 
-def fraction_at(f: float, step: int, schedule: Schedule = "constant", anneal_steps: int | None = None) -> float:
-    """The dropout fraction at `step`: f throughout (`constant`), or decaying from f to 0 over
-    `anneal_steps` steps, linearly or along a half cosine (0 from then on)."""
-    if schedule == "constant" or f == 0:
-        return f
+def anneal_factor(step: int, schedule: Schedule = "constant", anneal_steps: int | None = None) -> float:
+    """The factor every drop rate is scaled by at `step`: 1 throughout (`constant`), or decaying
+    from 1 to 0 over `anneal_steps` steps, linearly or along a half cosine (0 from then on)."""
+    if schedule == "constant":
+        return 1.0
     if not anneal_steps or anneal_steps <= 0:
         raise ValueError(f"schedule {schedule!r} needs anneal_steps > 0")
     t = min(1.0, max(0.0, step / anneal_steps))
     if schedule == "linear":
-        return f * (1.0 - t)
+        return 1.0 - t
     if schedule == "cosine":
-        return f * 0.5 * (1.0 + math.cos(math.pi * t))
+        return 0.5 * (1.0 + math.cos(math.pi * t))
     raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def fraction_at(f: float, step: int, schedule: Schedule = "constant", anneal_steps: int | None = None) -> float:
+    """The dropout fraction at `step`: f × `anneal_factor`."""
+    return f * anneal_factor(step, schedule, anneal_steps)

@@ -40,6 +40,31 @@ def _rate(hits: int, n: int) -> float:
     return hits / n if n else 0.0
 
 
+def met_rates(replies: Sequence[tuple[Sequence[Criterion], Sequence[Mapping[str, bool]]]],
+              per_criterion_limit: int = 64) -> list[dict[str, float]]:
+    """Per judge, the met rate of each criterion id and each tag (`<id>`, `tag:<tag>`) over
+    `replies`, each (criteria, [verdicts of judge 0, judge 1, ...]). Criterion ids are left out
+    when more than `per_criterion_limit` distinct ones occur (ids unique per prompt say nothing
+    summed over prompts); tags are always in."""
+    n_judges = len(replies[0][1]) if replies else 0
+    counts: dict[str, list[int]] = defaultdict(lambda: [0] * (1 + n_judges))  # key → [n, met per judge]
+    ids: set[str] = set()
+    for criteria, verdicts in replies:
+        for c in criteria:
+            ids.add(c.id)
+            for key in [c.id, *(f"tag:{t}" for t in c.tags)]:
+                row = counts[key]
+                row[0] += 1
+                for j, v in enumerate(verdicts):
+                    row[1 + j] += bool(v.get(c.id))
+    out: list[dict[str, float]] = [{} for _ in range(n_judges)]
+    for key, row in sorted(counts.items()):
+        if key.startswith("tag:") or len(ids) <= per_criterion_limit:
+            for j in range(n_judges):
+                out[j][key] = _rate(row[1 + j], row[0])
+    return out
+
+
 def measure(graded: Sequence[Graded], per_criterion_limit: int = 64) -> dict[str, float]:
     """The protocol's numbers for `graded` (see the module docstring). Per-criterion rates are
     reported only when at most `per_criterion_limit` distinct criterion ids occur (datasets whose
@@ -54,8 +79,6 @@ def measure(graded: Sequence[Graded], per_criterion_limit: int = 64) -> dict[str
     out["gap"] = out["proxy"] - out["gold"]
     out["proxy_raw"], out["gold_raw"] = statistics.fmean(proxy), statistics.fmean(gold)
     claimed = overclaimed = present = missed = 0
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # key → [replies, proxy met, gold met]
-    ids: set[str] = set()
     for g in scored:
         for c in g.criteria:
             p, q = bool(g.proxy.get(c.id)), bool(g.gold.get(c.id))
@@ -65,17 +88,9 @@ def measure(graded: Sequence[Graded], per_criterion_limit: int = 64) -> dict[str
             if c.weight < 0 and q:
                 present += 1
                 missed += not p
-            ids.add(c.id)
-            for key in [c.id, *(f"tag:{t}" for t in c.tags)]:
-                n = counts[key]
-                n[0] += 1
-                n[1] += p
-                n[2] += q
     out["overclaim"] = _rate(overclaimed, claimed)
     out["missed_pitfalls"] = _rate(missed, present)
-    for key, (n, p, q) in sorted(counts.items()):
-        if not key.startswith("tag:") and len(ids) > per_criterion_limit:
-            continue
-        out[f"proxy_met/{key}"] = _rate(p, n)
-        out[f"gold_met/{key}"] = _rate(q, n)
+    proxy_rates, gold_rates = met_rates([(g.criteria, [g.proxy, g.gold]) for g in scored], per_criterion_limit)
+    out.update({f"proxy_met/{k}": v for k, v in proxy_rates.items()})
+    out.update({f"gold_met/{k}": v for k, v in gold_rates.items()})
     return out

@@ -82,6 +82,7 @@ BUILTIN_TASKS = {
     "counseling": "dynalize.tasks.counseling:CounselingTask",
     "counseling_multiturn": "dynalize.tasks.counseling:CounselingMultiturnTask",
     "rubric": "dynalize.tasks.rubric:RubricTask",
+    "rubric_world": "dynalize.tasks.rubric_world:RubricWorldTask",
 }
 
 

@@ -1,0 +1,335 @@
+"""The rubric world: fixed-rubric GRPO against Rubric Dropout and POW3R-style reweighting, over seeds.
+
+    python benchmarks/rubric_table.py [--lists default|alternative|FILE.yaml] [--steps 100]
+                                      [--seeds 0 1 2] [--parallel 2] [--out DIR] [--window LO HI]
+                                      [--arms base dropout_0.3 dropout_0.5 pow3r] [--reuse] [--no-run]
+                                      [override ...]
+
+Runs `configs/rubric_world.yaml` once per (arm, seed) as `python -m dynalize.run` subprocesses,
+`--parallel` at a time, into `<out>/<arm>_s<seed>/`; the arms differ only in the `rubric` section:
+
+    base          rubric.dropout.f=0 (fixed rubric)
+    dropout_0.3   rubric.dropout.f=0.3
+    dropout_0.5   rubric.dropout.f=0.5
+    pow3r         rubric.reweight.method=pow3r_port (the port the Rubric Dropout paper compared against)
+    pow3r_full    rubric.reweight.method=pow3r (EMA, one-visit lag; not in the default arms)
+
+`--lists` picks the world's rubric / evaluation rubric / flaw lists (a named set of
+dynalize/tasks/rubric_world/lists.py, or a YAML file with `rubric`, `eval_rubric`, `flaws`);
+extra `key=value` overrides go to every arm. `--reuse` keeps finished runs made with the same
+command and config file; `--no-run` only reads `<out>`.
+
+It prints, from each run's held-out evaluations (eval/task.jsonl: proxy and gold on the
+out-of-distribution set, every `eval_every` steps) and training metrics (metrics.jsonl):
+
+  1. the arms' Peak / End / Final gold, proxy and gap at End, overclaim at End, the in-domain
+     full-rubric reward over the last quarter of training steps, mean ± sd over seeds (End = the
+     last quarter of evaluations);
+  2. the world hacks: in the base arm, proxy keeps rising while gold peaks and falls, per seed
+     (proxy at End above proxy at the gold peak, the peak before End, Peak − End ≥ 0.05);
+  3. the matched-checkpoint table: gold per checkpoint for each arm (mean over seeds) and win
+     counts against base (over seeds × checkpoints);
+  4. window means over `--window` steps (gold, proxy, gap, overclaim);
+  5. the per-criterion breakdown at End (proxy / gold met rates, mean over seeds);
+  6. mask statistics (kept fraction, floor binds) and the judge's verdicts per step per arm
+     (dropout asks the same questions);
+  7. the reviewers' check: gold's score of the same saved replies (the first evaluation's),
+     graded again at every evaluation interleaved with the new replies: first vs last, flips.
+
+Plots go to `<out>/plots/` (proxy and gold against step, gap and overclaim against step,
+per-criterion gold at End); `summary.json` keeps every number printed, `table.md` the text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sandbox_table import launch, ms, read_jsonl, table, verdict  # noqa: E402  (same folder)
+
+from dynalize.tasks.rubric_world import LISTS  # noqa: E402  (the benchmark may know the lists)
+
+ARMS = {
+    "base": ["rubric.dropout.f=0.0"],
+    "dropout_0.3": ["rubric.dropout.f=0.3"],
+    "dropout_0.5": ["rubric.dropout.f=0.5"],
+    "pow3r": ["rubric.reweight.method=pow3r_port"],
+    "pow3r_full": ["rubric.reweight.method=pow3r"],
+}
+LABEL = {"base": "fixed rubric", "dropout_0.3": "dropout f=0.3", "dropout_0.5": "dropout f=0.5",
+         "pow3r": "POW3R-style (port)", "pow3r_full": "POW3R-style (full)"}
+MARGIN = 0.05
+"""A 'clear' fall of gold from its peak (gold is in [0, 1])."""
+CONFIG = ROOT / "configs" / "rubric_world.yaml"
+
+
+# --- running ------------------------------------------------------------------------------------
+
+def load_lists(spec: str) -> tuple[str, dict[str, Any]]:
+    """(name, task.args with the three lists) for a named set or a YAML/JSON file."""
+    if spec in LISTS:
+        make_rubric, make_eval, make_flaws = LISTS[spec]
+        return spec, {"rubric": [t.model_dump() for t in make_rubric()],
+                      "eval_rubric": [t.model_dump() for t in make_eval()],
+                      "flaws": [f.model_dump() for f in make_flaws()]}
+    path = Path(spec)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return path.stem, {k: data[k] for k in ("rubric", "eval_rubric", "flaws") if k in data}
+
+
+def run_one(arm: str, seed: int, args: argparse.Namespace, lists: dict[str, Any]) -> dict[str, Any]:
+    name = f"{arm}_s{seed}"
+    cmd = [sys.executable, "-m", "dynalize.run", "--config", str(CONFIG), f"output_dir={args.out}", f"name={name}",
+           f"seed={seed}", f"steps={args.steps}", "progress=false", *ARMS[arm],
+           *(f"task.args.{k}={json.dumps(v)}" for k, v in lists.items()), *args.overrides]
+    return launch(cmd, Path(args.out) / name, CONFIG, args.steps, args.reuse)
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+def quarter(rows: list[Any]) -> list[Any]:
+    return rows[-max(1, math.ceil(len(rows) / 4)):]
+
+
+def mean(values: list[float]) -> float:
+    values = [v for v in values if v is not None and v == v]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def read_run(run_dir: Path, window: tuple[int, int]) -> dict[str, Any]:
+    evals = sorted(read_jsonl(run_dir / "eval" / "task.jsonl"), key=lambda d: d["version"])
+    if not evals:
+        raise SystemExit(f"no evaluations in {run_dir}: run without --no-run first")
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    steps = [d["version"] for d in evals]
+    col = {k: [d.get(f"rubric/{k}", float("nan")) for d in evals]
+           for k in ("proxy", "gold", "gap", "overclaim", "missed_pitfalls", "anchor_gold", "anchor_flips")}
+    end = quarter(evals)
+    peak = max(evals, key=lambda d: d["rubric/gold"])
+    crit = sorted({k.split("/", 2)[2] for d in evals for k in d if k.startswith("rubric/gold_met/")})
+    in_window = [d for d in evals if window[0] <= d["version"] <= window[1]]
+    last = quarter(metrics)
+    return {
+        "steps": steps, **col,
+        "peak": peak["rubric/gold"], "peak_step": peak["version"], "proxy_at_peak": peak["rubric/proxy"],
+        "end": mean([d["rubric/gold"] for d in end]), "final": evals[-1]["rubric/gold"],
+        "proxy_end": mean([d["rubric/proxy"] for d in end]), "proxy_first": evals[0]["rubric/proxy"],
+        "gap_end": mean([d["rubric/gap"] for d in end]), "overclaim_end": mean([d["rubric/overclaim"] for d in end]),
+        "end_steps": [end[0]["version"], end[-1]["version"]],
+        "window": {k: mean([d[f"rubric/{k}"] for d in in_window]) for k in ("gold", "proxy", "gap", "overclaim")},
+        "criteria_end": {c: (mean([d.get(f"rubric/proxy_met/{c}") for d in end]),
+                             mean([d.get(f"rubric/gold_met/{c}") for d in end])) for c in crit},
+        "criteria_first": {c: (evals[0].get(f"rubric/proxy_met/{c}"), evals[0].get(f"rubric/gold_met/{c}"))
+                           for c in crit},
+        "full_end": mean([m.get("rubric/full") for m in last]), "masked_end": mean([m.get("rubric/masked") for m in last]),
+        "kept_frac": mean([m.get("rubric/kept_frac") for m in metrics]),
+        "floor_binds": mean([m.get("rubric/floor_binds") for m in metrics]),
+        "verdicts_per_step": mean([m.get("rubric/verdicts") for m in metrics]),
+        "score_s": mean([m.get("time/score") for m in metrics]), "step_s": mean([m.get("time/step") for m in metrics]),
+    }
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def report(res: dict[str, Any], name: str, window: tuple[int, int]) -> tuple[str, dict[str, bool]]:
+    seeds, arms, runs = res["seeds"], res["arms"], res["runs"]
+    R = lambda arm: [runs[f"{arm}_s{s}"] for s in seeds]  # noqa: E731
+    base0 = runs[f"base_s{seeds[0]}"]
+    out = [f"## Rubric world, lists `{name}`: {len(seeds)} seeds ({', '.join(map(str, seeds))}), "
+           f"{base0['steps'][-1]} steps, held-out proxy/gold every "
+           f"{base0['steps'][1] - base0['steps'][0] if len(base0['steps']) > 1 else '?'} steps\n"]
+    rows = [[LABEL[a], ms([x["peak"] for x in R(a)]), ms([x["end"] for x in R(a)]), ms([x["final"] for x in R(a)]),
+             ms([x["proxy_end"] for x in R(a)]), ms([x["gap_end"] for x in R(a)]), ms([x["overclaim_end"] for x in R(a)]),
+             ms([x["full_end"] for x in R(a)])] for a in arms]
+    out.append(table(rows, ["arm", "gold Peak", "gold End", "gold Final", "proxy End", "gap End", "overclaim End",
+                            "in-domain full (End)"]))
+    out.append(f"\nmean ± sd over seeds. Gold and proxy: benchmark scores (HealthBench scoring, clipped to [0, 1]) on "
+               f"the held-out, out-of-distribution set, full rubrics; End = mean of the last quarter of evaluations "
+               f"(steps {base0['end_steps'][0]}–{base0['steps'][-1]}); in-domain full = the full-rubric reward on "
+               f"training batches (proxy judge), mean of the last quarter of steps.\n")
+    checks: dict[str, bool] = {}
+
+    rows, ok = [], True
+    for s in seeds:
+        r = runs[f"base_s{s}"]
+        margin = r["peak"] - r["end"]
+        good = margin >= MARGIN and r["proxy_end"] > r["proxy_at_peak"] and r["peak_step"] < r["end_steps"][0]
+        ok &= good
+        rows.append([s, f"{r['proxy_first']:.3f}", f"{r['proxy_at_peak']:.3f}", f"{r['proxy_end']:.3f}",
+                     f"{r['peak']:.3f} @ {r['peak_step']}", f"{r['end']:.3f}", f"{margin:+.3f}", verdict(good)])
+    checks["the world hacks (base)"] = ok
+    out.append(f"### 1. The world hacks: {verdict(ok)} (base arm: proxy End > proxy at the gold peak, peak before "
+               f"End, gold Peak − End ≥ {MARGIN})\n")
+    out.append(table(rows, ["seed", "proxy first", "proxy @ gold peak", "proxy End", "gold Peak @ step", "gold End",
+                            "Peak − End", "ok"]))
+
+    steps = base0["steps"]
+    rows = []
+    wins = {a: 0 for a in arms if a != "base"}
+    pairs = 0
+    for k, step in enumerate(steps):
+        row = [step]
+        for a in arms:
+            vals = [x["gold"][k] for x in R(a) if k < len(x["gold"])]
+            row.append(f"{mean(vals):.3f}")
+        if step > 0:
+            pairs += len(seeds)
+            for a in wins:
+                wins[a] += sum(x["gold"][k] > b["gold"][k] for x, b in zip(R(a), R("base")) if k < len(x["gold"]))
+        rows.append(row)
+    out.append("\n### 2. Matched checkpoints: held-out gold per checkpoint (mean over seeds)\n")
+    out.append(table(rows, ["step", *[LABEL[a] for a in arms]]))
+    out.append("\nWins against the fixed rubric (same seed, same checkpoint, step > 0): "
+               + ", ".join(f"{LABEL[a]} {w}/{pairs}" for a, w in wins.items()) + ".")
+
+    rows = [[LABEL[a], *[ms([x["window"][k] for x in R(a)]) for k in ("gold", "proxy", "gap", "overclaim")]]
+            for a in arms]
+    out.append(f"\n### 3. Window means, steps {window[0]}–{window[1]}\n")
+    out.append(table(rows, ["arm", "gold", "proxy", "gap", "overclaim"]))
+
+    crit = list(base0["criteria_end"])
+    rows = [[c, *[f"{mean([x['criteria_first'][c][0] for x in R('base')]):.2f} / "
+                  f"{mean([x['criteria_first'][c][1] for x in R('base')]):.2f}"],
+             *[f"{mean([x['criteria_end'][c][0] for x in R(a)]):.2f} / {mean([x['criteria_end'][c][1] for x in R(a)]):.2f}"
+               for a in arms]] for c in crit]
+    out.append("\n### 4. Per criterion: held-out met rate, proxy / gold (step 0, then End per arm; mean over seeds)\n")
+    out.append(table(rows, ["criterion", "step 0", *[LABEL[a] for a in arms]]))
+
+    rows = [[LABEL[a], ms([x["kept_frac"] for x in R(a)]), ms([x["floor_binds"] for x in R(a)]),
+             ms([x["verdicts_per_step"] for x in R(a)]), ms([1000 * x["score_s"] for x in R(a)]),
+             ms([x["step_s"] for x in R(a)])] for a in arms]
+    out.append("\n### 5. Masks and the judge: kept fraction of positive criteria, groups where the floor binds, "
+               "verdicts asked per step, score phase (ms) and step time (s) per step\n")
+    out.append(table(rows, ["arm", "kept fraction", "floor binds", "verdicts / step", "score ms", "step s"]))
+
+    rows = []
+    for a in arms:
+        for s in seeds:
+            x = runs[f"{a}_s{s}"]
+            first, last = x["anchor_gold"][0], x["anchor_gold"][-1]
+            rows.append([f"{LABEL[a]} s{s}", f"{first:.3f}", f"{last:.3f}", f"{max(x['anchor_flips']):.3f}",
+                         f"{x['gold'][0]:.3f} → {x['gold'][-1]:.3f}"])
+    stable = all(r[1] == r[2] for r in rows)
+    checks["gold stable on identical text"] = stable
+    out.append(f"\n### 6. Reviewers' check: the first evaluation's replies graded by gold again at every evaluation, "
+               f"interleaved with the new ones: {verdict(stable)}\n")
+    out.append(table(rows, ["run", "anchor gold, first", "anchor gold, last", "max flips", "gold on new replies"]))
+    return "\n".join(out), checks
+
+
+# --- plots --------------------------------------------------------------------------------------
+
+def plots(res: dict[str, Any], plot_dir: Path, name: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    seeds, arms, runs = res["seeds"], res["arms"], res["runs"]
+    colors = dict(zip(ARMS, ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange"]))
+    written = []
+
+    def panel(ax, key: str, title: str) -> None:
+        for a in arms:
+            curves = [runs[f"{a}_s{s}"][key] for s in seeds]
+            x = runs[f"{a}_s{seeds[0]}"]["steps"]
+            n = min(map(len, curves))
+            for c in curves:
+                ax.plot(x[:len(c)], c, color=colors[a], alpha=0.2, lw=0.8)
+            ax.plot(x[:n], [mean([c[i] for c in curves]) for i in range(n)], color=colors[a], lw=2, label=LABEL[a])
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panel(axes[0], "proxy", "held-out proxy score (training judge)")
+    panel(axes[1], "gold", "held-out gold score")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Rubric world, lists '{name}' (thin: seeds; thick: mean)")
+    fig.tight_layout()
+    written.append(plot_dir / "proxy_gold.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panel(axes[0], "gap", "proxy − gold")
+    panel(axes[1], "overclaim", "overclaim: proxy-met criteria gold marks unmet")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    written.append(plot_dir / "gap_overclaim.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    crit = list(runs[f"base_s{seeds[0]}"]["criteria_end"])
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(crit) * len(arms) / 2), 4))
+    width = 0.8 / len(arms)
+    for i, a in enumerate(arms):
+        ys = [mean([runs[f"{a}_s{s}"]["criteria_end"][c][1] for s in seeds]) for c in crit]
+        ax.bar([k + i * width for k in range(len(crit))], ys, width, color=colors[a], label=LABEL[a])
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(crit))])
+    ax.set_xticklabels(crit, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("gold met rate at End")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    written.append(plot_dir / "criteria_end.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lists", default="default", help="default, alternative, or a YAML/JSON file")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--arms", nargs="+", default=["base", "dropout_0.3", "dropout_0.5", "pow3r"], choices=list(ARMS))
+    ap.add_argument("--parallel", type=int, default=2, help="runs at once (each uses torch_threads threads)")
+    ap.add_argument("--window", nargs=2, type=int, default=[50, 100], metavar=("LO", "HI"))
+    ap.add_argument("--out", default=None, help="runs and plots go here (default runs/rubric_table_<lists>)")
+    ap.add_argument("--reuse", action="store_true", help="keep finished runs made with the same command")
+    ap.add_argument("--no-run", action="store_true", help="only analyse the runs already in --out")
+    ap.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. trainer.lr=2e-4")
+    args = ap.parse_args(argv)
+    if "base" not in args.arms:
+        ap.error("--arms must include base (everything is compared with it)")
+    name, lists = load_lists(args.lists)
+    args.out = str(Path(args.out or ROOT / "runs" / f"rubric_table_{name}").resolve())
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if not args.no_run:
+        jobs = [(a, s) for s in args.seeds for a in args.arms]
+        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+            done = list(pool.map(lambda j: run_one(j[0], j[1], args, lists), jobs))
+        for d in done:
+            how = "reused" if d["reused"] else f"{d['seconds']:.0f} s"
+            print(f"run {d['run']}: {how}", file=sys.stderr)
+    window = (args.window[0], args.window[1])
+    res = {"seeds": args.seeds, "arms": args.arms, "lists": name,
+           "runs": {f"{a}_s{s}": read_run(Path(args.out) / f"{a}_s{s}", window) for a in args.arms for s in args.seeds}}
+    text, checks = report(res, name, window)
+    print(text)
+    print(f"\n(wall time of this invocation: {(time.perf_counter() - t0) / 60:.1f} min; runs in {args.out})")
+    written = plots(res, Path(args.out) / "plots", name)
+    print("plots: " + ", ".join(str(p) for p in written))
+    res["checks"] = checks
+    (Path(args.out) / "summary.json").write_text(json.dumps(res, indent=1, default=str))
+    (Path(args.out) / "table.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
