@@ -1,0 +1,29 @@
+"""Scripted judges and a reward function for rubric tests (named in YAML as `rubricjudge:<name>`)."""
+
+import json
+import re
+
+
+def _listed(messages):
+    user = messages[-1].content
+    keys = re.findall(r"^- (c\d+): (.*)$", user, flags=re.M)
+    reply = user.split("<reply-")[1].split(">", 1)[1].rsplit("</reply-", 1)[0]
+    return keys, reply
+
+
+def lenient(messages) -> str:
+    """A proxy: every positive-sounding criterion met when the reply has more than 3 words."""
+    keys, reply = _listed(messages)
+    return json.dumps({k: len(reply.split()) > 3 for k, _ in keys})
+
+
+def strict(messages) -> str:
+    """A gold judge: a criterion met when the reply shares a word of 5+ letters with it."""
+    keys, reply = _listed(messages)
+    words = {w.lower() for w in re.findall(r"[A-Za-z]{5,}", reply)}
+    return json.dumps({k: bool(words & {w.lower() for w in re.findall(r"[A-Za-z]{5,}", text)}) for k, text in keys})
+
+
+def length_reward(replies):
+    """A Python RM: longer replies score higher."""
+    return [min(len(r), 200) / 200 for r in replies]
