@@ -44,11 +44,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +55,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox_table import launch, ms, read_jsonl, table, verdict  # noqa: E402  (same folder)
+from sandbox_table import launch, ms, run_jobs, table, verdict  # noqa: E402  (same folder)
 
+from dynalize.analysis.rubrics import rubric_run  # noqa: E402
+from dynalize.analysis.runs import Run  # noqa: E402
 from dynalize.tasks.rubric_world import LISTS  # noqa: E402  (the benchmark may know the lists)
 
 ARMS = {
@@ -99,46 +99,21 @@ def run_one(arm: str, seed: int, args: argparse.Namespace, lists: dict[str, Any]
 
 # --- reading ------------------------------------------------------------------------------------
 
-def quarter(rows: list[Any]) -> list[Any]:
-    return rows[-max(1, math.ceil(len(rows) / 4)):]
+def read_run(run_dir: Path, window: tuple[int, int]) -> dict[str, Any]:
+    """A run's measurement (dynalize.analysis.rubrics), flat: End over the last quarter of
+    evaluations, `window` means over the given steps."""
+    r = rubric_run(Run(run_dir))
+    w = rubric_run(Run(run_dir), window).end
+    return {"steps": r.steps, **r.series, "peak": r.peak, "peak_step": r.peak_step, "proxy_at_peak": r.proxy_at_peak,
+            "end": r.end["gold"], "final": r.final, "proxy_end": r.end["proxy"], "proxy_first": r.series["proxy"][0],
+            "gap_end": r.end["gap"], "overclaim_end": r.end["overclaim"], "end_steps": [r.end_steps[0], r.end_steps[-1]],
+            "window": {k: w[k] for k in ("gold", "proxy", "gap", "overclaim")},
+            "criteria_end": r.criteria_end, "criteria_first": r.criteria_first, **r.train}
 
 
 def mean(values: list[float]) -> float:
     values = [v for v in values if v is not None and v == v]
     return statistics.fmean(values) if values else float("nan")
-
-
-def read_run(run_dir: Path, window: tuple[int, int]) -> dict[str, Any]:
-    evals = sorted(read_jsonl(run_dir / "eval" / "task.jsonl"), key=lambda d: d["version"])
-    if not evals:
-        raise SystemExit(f"no evaluations in {run_dir}: run without --no-run first")
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    steps = [d["version"] for d in evals]
-    col = {k: [d.get(f"rubric/{k}", float("nan")) for d in evals]
-           for k in ("proxy", "gold", "gap", "overclaim", "missed_pitfalls", "anchor_gold", "anchor_flips")}
-    end = quarter(evals)
-    peak = max(evals, key=lambda d: d["rubric/gold"])
-    crit = sorted({k.split("/", 2)[2] for d in evals for k in d if k.startswith("rubric/gold_met/")})
-    in_window = [d for d in evals if window[0] <= d["version"] <= window[1]]
-    last = quarter(metrics)
-    return {
-        "steps": steps, **col,
-        "peak": peak["rubric/gold"], "peak_step": peak["version"], "proxy_at_peak": peak["rubric/proxy"],
-        "end": mean([d["rubric/gold"] for d in end]), "final": evals[-1]["rubric/gold"],
-        "proxy_end": mean([d["rubric/proxy"] for d in end]), "proxy_first": evals[0]["rubric/proxy"],
-        "gap_end": mean([d["rubric/gap"] for d in end]), "overclaim_end": mean([d["rubric/overclaim"] for d in end]),
-        "end_steps": [end[0]["version"], end[-1]["version"]],
-        "window": {k: mean([d[f"rubric/{k}"] for d in in_window]) for k in ("gold", "proxy", "gap", "overclaim")},
-        "criteria_end": {c: (mean([d.get(f"rubric/proxy_met/{c}") for d in end]),
-                             mean([d.get(f"rubric/gold_met/{c}") for d in end])) for c in crit},
-        "criteria_first": {c: (evals[0].get(f"rubric/proxy_met/{c}"), evals[0].get(f"rubric/gold_met/{c}"))
-                           for c in crit},
-        "full_end": mean([m.get("rubric/full") for m in last]), "masked_end": mean([m.get("rubric/masked") for m in last]),
-        "kept_frac": mean([m.get("rubric/kept_frac") for m in metrics]),
-        "floor_binds": mean([m.get("rubric/floor_binds") for m in metrics]),
-        "verdicts_per_step": mean([m.get("rubric/verdicts") for m in metrics]),
-        "score_s": mean([m.get("time/score") for m in metrics]), "step_s": mean([m.get("time/step") for m in metrics]),
-    }
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -311,12 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if not args.no_run:
-        jobs = [(a, s) for s in args.seeds for a in args.arms]
-        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-            done = list(pool.map(lambda j: run_one(j[0], j[1], args, lists), jobs))
-        for d in done:
-            how = "reused" if d["reused"] else f"{d['seconds']:.0f} s"
-            print(f"run {d['run']}: {how}", file=sys.stderr)
+        run_jobs([(a, s) for s in args.seeds for a in args.arms], lambda a, s: run_one(a, s, args, lists),
+                 args.parallel)
     window = (args.window[0], args.window[1])
     res = {"seeds": args.seeds, "arms": args.arms, "lists": name,
            "runs": {f"{a}_s{s}": read_run(Path(args.out) / f"{a}_s{s}", window) for a in args.arms for s in args.seeds}}

@@ -117,6 +117,15 @@ def launch(cmd: list[str], run_dir: Path, config: Path, steps: int, reuse: bool)
     return {"run": name, "seconds": time.perf_counter() - t0, "reused": False}
 
 
+def run_jobs(jobs: list[tuple[str, int]], run: Any, parallel: int) -> None:
+    """`run(arm, seed)` for every job, `parallel` at a time; one line per run on stderr."""
+    with ThreadPoolExecutor(max(1, parallel)) as pool:
+        done = list(pool.map(lambda j: run(*j), jobs))
+    for d in done:
+        how = "reused" if d["reused"] else f"{d['seconds']:.0f} s"
+        print(f"run {d['run']}: {how}", file=sys.stderr)
+
+
 def finished(run_dir: Path, steps: int) -> bool:
     m = run_dir / "metrics.jsonl"
     if not m.is_file():
@@ -474,12 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if not args.no_run:
-        jobs = [(arm, s) for s in args.seeds for arm in ARMS]
-        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-            done = list(pool.map(lambda j: run_one(j[0], j[1], args, features), jobs))
-        for d in done:
-            how = "reused" if d["reused"] else f"{d['seconds']:.0f} s"
-            print(f"run {d['run']}: {how}", file=sys.stderr)
+        run_jobs([(arm, s) for s in args.seeds for arm in ARMS], lambda arm, s: run_one(arm, s, args, features),
+                 args.parallel)
     res = analyse(Path(args.out), args.seeds, features)
     text, checks = report(res, name)
     wall = time.perf_counter() - t0

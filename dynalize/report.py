@@ -1,4 +1,5 @@
-"""`python -m dynalize.report RUN [RUN ...] [--html OUT.html]` and `python -m dynalize.report audit --penalties A --rollouts B`
+"""`python -m dynalize.report RUN [RUN ...] [--html OUT.html]`, `python -m dynalize.report rubric RUN
+[RUN ...]` and `python -m dynalize.report audit --penalties A --rollouts B`
 
 The report: Table 1 (benchmark Peak / End / Final, RM over End, Δ from a baseline run) for each
 benchmark the runs were evaluated on (else the task's held-out eval, e.g. `eval/task:gold`), the
@@ -7,6 +8,11 @@ penalty buffer timeline, and pattern prevalence (`--starts-with Okay --contains 
 Printed, and written to `--out` (default `<first run>/plots`) as report.md, report.json and PNGs.
 With `--html OUT.html`, one self-contained page instead: curves, penalty timelines and a rollout
 browser, the runs side by side (dynalize.analysis.html).
+
+The rubric report: for rubric-rewarded runs, the proxy/gold measurement (dynalize.analysis.rubrics):
+gold Peak / End / Final with proxy, gap and overclaim, the matched-checkpoint table with win
+counts against a baseline run, per-criterion and per-tag met rates under both judges, the
+reviewers' anchor check, and a figure of proxy, gold, gap and overclaim against step.
 
 The audit: run A's discovered penalties judged on run B's replies at a step (the same judge:
 regex penalties locally, the others by `--judge`): % of replies triggering ≥ 1, mean per reply.
@@ -52,7 +58,8 @@ console = Console()
 
 def parse_report_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.report", description=__doc__.splitlines()[0],
-                                 epilog="Audit: python -m dynalize.report audit --help")
+                                 epilog="Rubric runs: python -m dynalize.report rubric --help; "
+                                        "audit: python -m dynalize.report audit --help")
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run directories to compare")
     ap.add_argument("--metric", action="append",
                     help="eqbench, mindeval, eval/<file>:<column> or metrics:<column> (repeatable; "
@@ -175,6 +182,56 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
 
 
+# --- rubric ------------------------------------------------------------------------------------
+
+def parse_rubric_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m dynalize.report rubric",
+                                 description="The proxy/gold measurement of rubric-rewarded runs.")
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directories to compare")
+    ap.add_argument("--window", nargs=2, type=int, metavar=("LO", "HI"),
+                    help="steps averaged for End (default: the last quarter of each run's evaluations)")
+    ap.add_argument("--baseline", help="the run win counts compare with (path or name; default the first)")
+    ap.add_argument("--out", help="output directory (default <first run>/plots)")
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    if args.window and args.window[0] > args.window[1]:
+        ap.error("--window LO HI needs LO <= HI")
+    return args
+
+
+def rubric_report(args: argparse.Namespace) -> dict[str, Any]:
+    from .analysis.rubrics import anchor_cells, criteria_cells, matched_cells, rubric_run, summary_cells
+
+    runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
+    base = baseline_index(runs, args.baseline)
+    window = tuple(args.window) if args.window else None
+    measured = [rubric_run(r, window) for r in runs]  # type: ignore[arg-type]
+    end = f"steps {window[0]}–{window[1]}" if window else "the last quarter of evaluations"
+    sections = [(f"Held-out gold and proxy (End = {end})", summary_cells(measured)),
+                (f"Matched checkpoints: gold per evaluation, wins vs {measured[base].name}",
+                 matched_cells(measured, base)),
+                (f"Per criterion and tag: met rate, proxy / gold (End = {end})", criteria_cells(measured)),
+                ("Reviewers' check: gold on the first evaluation's replies, re-graded at every evaluation",
+                 anchor_cells(measured))]
+    out = Path(args.out) if args.out else runs[0].path / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    md = ["# dynalize rubric report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]
+    for title, (header, body) in sections:
+        console.print(rich_table(title, header, body))
+        md += [f"## {title}", "", markdown(header, body), ""]
+    result: dict[str, Any] = {"runs": [r.__dict__ for r in measured], "plots": []}
+    if not args.no_plots:
+        from .analysis.plots import plot_rubric
+
+        path = plot_rubric(measured, out / "rubric.png")
+        result["plots"].append(str(path))
+        md += ["## Figures", "", f"![rubric]({path.name})", ""]
+    (out / "rubric_report.md").write_text("\n".join(md), encoding="utf-8")
+    (out / "rubric_report.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    console.print(f"written: {out / 'rubric_report.md'}, {out / 'rubric_report.json'}")
+    return result
+
+
 # --- audit -------------------------------------------------------------------------------------
 
 def parse_audit_args(argv: list[str]) -> argparse.Namespace:
@@ -258,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "audit":
             audit_report(parse_audit_args(argv[1:]))
+        elif argv and argv[0] == "rubric":
+            rubric_report(parse_rubric_args(argv[1:]))
         elif (args := parse_report_args(argv)).html:
             runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
             console.print(f"written: {write_html_report(runs, Path(args.html), args.rollout_steps)}")

@@ -13,6 +13,7 @@ import yaml
 
 from dynalize.config import load_config, validate
 from dynalize.errors import ConfigError
+from dynalize.report import main as report_main
 from dynalize.run import main, train
 from dynalize.runlog import read_jsonl
 
@@ -45,6 +46,16 @@ def test_the_cpu_dropout_config_runs_and_logs_masks_full_reward_and_the_measurem
     assert all(len(v) == 1 for v in groups.values())  # one mask per group
     eval_rollouts = read_jsonl(run / "rollouts" / "eval_000003.jsonl")
     assert {"proxy_verdicts", "gold_verdicts", "proxy_score", "gold_score"} <= set(eval_rollouts[0])
+    assert report_main(["rubric", str(run), str(run), "--out", str(tmp_path / "rep")]) == 0
+    text = (tmp_path / "rep" / "rubric_report.md").read_text()
+    assert "Matched checkpoints" in text and "| detail |" in text and (tmp_path / "rep" / "rubric.png").is_file()
+    assert f"{evals[-1]['rubric/gold']:.3f}" in text
+
+
+def test_the_rubric_report_refuses_a_run_without_the_measurement(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    assert report_main(["rubric", str(tmp_path / "r")]) == 2
+    assert "no rubric evaluations" in capsys.readouterr().err
 
 
 def test_resume_keeps_masks_and_anchors(tmp_path):

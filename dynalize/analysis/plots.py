@@ -3,6 +3,7 @@
 - `plot_scores`: RM score and a benchmark score against step, one line per run.
 - `plot_penalty_timeline`: which penalty was active when (bars), and each one's prevalence.
 - `plot_patterns`: share of replies (and reasoning traces) matching each word pattern per step.
+- `plot_rubric`: the rubric measurement against step: proxy, gold, their gap, overclaim.
 """
 
 from __future__ import annotations
@@ -140,4 +141,20 @@ def plot_patterns(points: list[Prevalence], path: Path) -> Path:
             ax.legend(fontsize=8)
         else:
             ax.text(0.5, 0.5, "no rollouts", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, path)
+
+
+def plot_rubric(runs: list, path: Path) -> Path:
+    """Four panels against step, a line per run (`analysis.rubrics.RubricRun`): held-out proxy and
+    gold scores, proxy − gold, and the overclaim fraction."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    panels = (("proxy", "proxy score (training judge)"), ("gold", "gold score"), ("gap", "proxy − gold"),
+              ("overclaim", "overclaim (proxy met, gold unmet)"))
+    for ax, (key, title) in zip(axes.flat, panels):
+        for r in runs:
+            ax.plot(r.steps, r.series[key], marker=".", label=r.name)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
     return _save(fig, path)
