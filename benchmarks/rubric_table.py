@@ -9,8 +9,8 @@ Runs `configs/rubric_world.yaml` once per (arm, seed) as `python -m dynalize.run
 `--parallel` at a time, into `<out>/<arm>_s<seed>/`; the arms differ only in the `rubric` section:
 
     base          rubric.dropout.f=0 (fixed rubric)
-    dropout_0.3   rubric.dropout.f=0.3
-    dropout_0.5   rubric.dropout.f=0.5
+    dropout_<f>   rubric.dropout.f=<f>: dropout_0.3 and dropout_0.5 by default (the f sweep:
+                  --arms base dropout_0.2 dropout_0.3 dropout_0.4 dropout_0.5 dropout_0.6)
     pow3r         rubric.reweight.method=pow3r_port (the port the Rubric Dropout paper compared against)
     pow3r_full    rubric.reweight.method=pow3r (EMA, one-visit lag; not in the default arms)
 
@@ -63,13 +63,22 @@ from dynalize.tasks.rubric_world import LISTS  # noqa: E402  (the benchmark may 
 
 ARMS = {
     "base": ["rubric.dropout.f=0.0"],
-    "dropout_0.3": ["rubric.dropout.f=0.3"],
-    "dropout_0.5": ["rubric.dropout.f=0.5"],
     "pow3r": ["rubric.reweight.method=pow3r_port"],
     "pow3r_full": ["rubric.reweight.method=pow3r"],
 }
-LABEL = {"base": "fixed rubric", "dropout_0.3": "dropout f=0.3", "dropout_0.5": "dropout f=0.5",
-         "pow3r": "POW3R-style (port)", "pow3r_full": "POW3R-style (full)"}
+"""Arms besides `dropout_<f>` (any f in (0, 1): rubric.dropout.f=<f>)."""
+LABEL = {"base": "fixed rubric", "pow3r": "POW3R-style (port)", "pow3r_full": "POW3R-style (full)"}
+
+
+def arm_overrides(arm: str) -> list[str]:
+    """The `rubric` overrides of an arm; ValueError for an unknown one."""
+    if arm in ARMS:
+        return ARMS[arm]
+    f = float(arm.removeprefix("dropout_")) if arm.startswith("dropout_") else -1.0
+    if not 0 < f < 1:
+        raise ValueError(f"unknown arm {arm!r}: use base, pow3r, pow3r_full or dropout_<f> with 0 < f < 1")
+    LABEL.setdefault(arm, f"dropout f={f:g}")
+    return [f"rubric.dropout.f={f}"]
 MARGIN = 0.05
 """A 'clear' fall of gold from its peak (gold is in [0, 1])."""
 CONFIG = ROOT / "configs" / "rubric_world.yaml"
@@ -92,7 +101,7 @@ def load_lists(spec: str) -> tuple[str, dict[str, Any]]:
 def run_one(arm: str, seed: int, args: argparse.Namespace, lists: dict[str, Any]) -> dict[str, Any]:
     name = f"{arm}_s{seed}"
     cmd = [sys.executable, "-m", "dynalize.run", "--config", str(CONFIG), f"output_dir={args.out}", f"name={name}",
-           f"seed={seed}", f"steps={args.steps}", "progress=false", *ARMS[arm],
+           f"seed={seed}", f"steps={args.steps}", "progress=false", *arm_overrides(arm),
            *(f"task.args.{k}={json.dumps(v)}" for k, v in lists.items()), *args.overrides]
     return launch(cmd, Path(args.out) / name, CONFIG, args.steps, args.reuse)
 
@@ -214,7 +223,8 @@ def plots(res: dict[str, Any], plot_dir: Path, name: str) -> list[Path]:
 
     plot_dir.mkdir(parents=True, exist_ok=True)
     seeds, arms, runs = res["seeds"], res["arms"], res["runs"]
-    colors = dict(zip(ARMS, ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange"]))
+    palette = ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive"]
+    colors = dict(zip(arms, palette * 2))
     written = []
 
     def panel(ax, key: str, title: str) -> None:
@@ -271,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lists", default="default", help="default, alternative, or a YAML/JSON file")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--arms", nargs="+", default=["base", "dropout_0.3", "dropout_0.5", "pow3r"], choices=list(ARMS))
+    ap.add_argument("--arms", nargs="+", default=["base", "dropout_0.3", "dropout_0.5", "pow3r"],
+                    help="base, dropout_<f> (e.g. dropout_0.2 ... dropout_0.6 for the f sweep), pow3r, pow3r_full")
     ap.add_argument("--parallel", type=int, default=2, help="runs at once (each uses torch_threads threads)")
     ap.add_argument("--window", nargs=2, type=int, default=[50, 100], metavar=("LO", "HI"))
     ap.add_argument("--out", default=None, help="runs and plots go here (default runs/rubric_table_<lists>)")
@@ -281,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if "base" not in args.arms:
         ap.error("--arms must include base (everything is compared with it)")
+    try:
+        for arm in args.arms:
+            arm_overrides(arm)
+    except ValueError as e:
+        ap.error(str(e))
     name, lists = load_lists(args.lists)
     args.out = str(Path(args.out or ROOT / "runs" / f"rubric_table_{name}").resolve())
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -180,10 +180,13 @@ def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: boo
 
 
 def check_rubrics(cfg: RunConfig, task: Task) -> None:
-    """Every prompt the rubric term will read carries a usable rubric (one line naming the first that does not)."""
-    splits = ["train", "eval"] if cfg.eval_every else ["train"]
-    for split in splits:
-        for p in task.prompts(split):  # type: ignore[arg-type]
+    """Every prompt the rubric term will read carries a usable rubric, and a local judge without a
+    predicate can decide each criterion (one line naming the first that fails)."""
+    r = cfg.rubric
+    judges = [("rubric.judge", r.judge)] + ([("rubric.gold_judge", r.gold_judge)] if r.gold_judge else [])
+    undecidable = [name for name, j in judges if j.engine == "local" and not j.predicate]
+    for split in ["train", "eval"] if cfg.eval_every else ["train"]:
+        for p in task_prompts(task, cfg.task.name, split):  # type: ignore[arg-type]
             try:
                 found = rubric_from_meta(p.meta)
             except RubricError as e:
@@ -191,6 +194,11 @@ def check_rubrics(cfg: RunConfig, task: Task) -> None:
             if found is None:
                 raise ConfigError(f"config error: rubric.enabled needs prompts with a rubric, but task "
                                   f"{cfg.task.name!r} {split} prompt {p.id!r} has no meta['rubric']")
+            bare = next((c for c in found if not c.regex), None)
+            if undecidable and bare is not None:
+                raise ConfigError(f"config error: {undecidable[0]} is local without a predicate, so it decides only "
+                                  f"criteria with a regex, but prompt {p.id!r} criterion {bare.id!r} has none: set "
+                                  f"{undecidable[0]}.predicate, or engine: llm with a chat model")
 
 
 def build_rubric_term(cfg: RunConfig, task: Task, chat_factory=build_chat_model) -> RubricTerm:

@@ -252,3 +252,39 @@ def test_verdicts_not_in_within_the_time_budget_fail_and_say_why():
     assert all(j.failed == {"p001", "p002"} and j.verdicts == {"p001": False, "p002": False} for j in out)
     assert judge.stats.timed_out == 3 and judge.stats.failures == 6
     assert "time budget (0.3s per step)" in judge.last_error
+
+
+def test_a_predicate_decides_checks_without_a_regex_and_no_llm_is_called():
+    from dynalize.rubrics.criteria import Criterion
+
+    crit = [Criterion("a", "Says apples", 2), Criterion("b", "Says zorbly", 1, regex=r"(?i)zorbly"),
+            Criterion("c", "Breaks the checker", 1)]
+
+    def predicate(reply, c, context):
+        if c.id == "c":
+            return "maybe"  # not a bool: a failed verdict
+        return "apples" in reply
+
+    chat = ScriptedChatModel([])  # any call would raise
+    judge = Judge(chat, predicate=predicate)
+    [j1, j2] = run(judge, ["apples and ZORBLY", "nothing"], crit, version="k")
+    assert j1.verdicts == {"a": True, "b": True, "c": False} and j1.failed == {"c"}
+    assert j2.verdicts == {"a": False, "b": False, "c": False} and chat.calls == []
+    assert judge.stats.predicate == 2 and judge.stats.lexical == 2 and judge.stats.failures == 2
+    assert "predicate on c" in judge.last_error
+
+
+def test_the_rubric_prompt_asks_by_position_and_maps_answers_back_to_criterion_ids():
+    from dynalize.penalties.judge import RUBRIC_PROMPT
+    from dynalize.rubrics.criteria import Criterion
+
+    crit = [Criterion("hb-001#1", "Mentions rest", 5), Criterion("hb-001#2", "Recommends aspirin", -5)]
+    chat = ScriptedChatModel(['{"c1": true, "c2": false}'])
+    judge = Judge(chat, prompt=RUBRIC_PROMPT, domain="Health questions.")
+    [j] = run(judge, ["Rest the ankle."], crit, version="rubric-hash", contexts=["[user]\nMy ankle hurts."])
+    assert j.verdicts == {"hb-001#1": True, "hb-001#2": False} and j.failed == set()
+    system, user = chat.calls[0][0].content, chat.calls[0][1].content
+    assert "rubric" in system and "Health questions." in system and "for those, true means" in system
+    assert "- c1: Mentions rest" in user and "- c2: Recommends aspirin" in user and "hb-001" not in user
+    nonce = re.search(r"<rubric-([0-9a-f]+)>", user).group(1)
+    assert f"<reply-{nonce}>" in user and f"<context-{nonce}>" in user

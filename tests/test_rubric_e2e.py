@@ -115,6 +115,12 @@ def test_a_rubric_only_run_and_a_task_without_rubrics(tmp_path, capsys):
     assert not (tmp_path / "bad").exists()
     with pytest.raises(ConfigError, match="reward_model.enabled or rubric.enabled"):
         validate({"reward_model": {"enabled": False}})
+    local = sample_config(tmp_path, name="local")
+    local["rubric"] = {**local["rubric"], "judge": {"engine": "local"}}
+    path.write_text(yaml.safe_dump(local))
+    assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "rubric.judge is local without a predicate" in err and "hb-s01#1" in err
 
 
 def _arm(path: Path) -> dict:
