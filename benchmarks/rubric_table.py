@@ -22,17 +22,19 @@ command and config file; `--no-run` only reads `<out>`.
 It prints, from each run's held-out evaluations (eval/task.jsonl: proxy and gold on the
 out-of-distribution set, every `eval_every` steps) and training metrics (metrics.jsonl):
 
-  1. the arms' Peak / End / Final gold, proxy and gap at End, overclaim at End, the in-domain
-     full-rubric reward over the last quarter of training steps, mean ± sd over seeds (End = the
-     last quarter of evaluations);
-  2. the world hacks: in the base arm, proxy keeps rising while gold peaks and falls, per seed
+  - the arms' Peak / End / Final gold, proxy and gap at End, overclaim at End, the in-domain
+    full-rubric reward over the last quarter of training steps, mean ± sd over seeds (End = the
+    last quarter of evaluations);
+  1. the world hacks: in the base arm, proxy keeps rising while gold peaks and falls, per seed
      (proxy at End above proxy at the gold peak, the peak before End, Peak − End ≥ 0.05);
-  3. the matched-checkpoint table: gold per checkpoint for each arm (mean over seeds) and win
+  2. the matched-checkpoint table: gold per checkpoint for each arm (mean over seeds) and win
      counts against base (over seeds × checkpoints);
-  4. window means over `--window` steps (gold, proxy, gap, overclaim);
-  5. the per-criterion breakdown at End (proxy / gold met rates, mean over seeds);
-  6. mask statistics (kept fraction, floor binds) and the judge's verdicts per step per arm
+  3. window means over `--window` steps (gold, proxy, gap, overclaim);
+  4. the per-criterion breakdown at End (proxy / gold met rates, mean over seeds);
+  5. mask statistics (kept fraction, floor binds) and the judge's verdicts per step per arm
      (dropout asks the same questions);
+  6. gold at matched proxy: gold where each run's proxy first reaches a level (does an arm trade
+     proxy for gold better, or only optimise more slowly?);
   7. the reviewers' check: gold's score of the same saved replies (the first evaluation's),
      graded again at every evaluation interleaved with the new replies: first vs last, flips.
 
@@ -198,6 +200,14 @@ def report(res: dict[str, Any], name: str, window: tuple[int, int]) -> tuple[str
                "verdicts asked per step, score phase (ms) and step time (s) per step\n")
     out.append(table(rows, ["arm", "kept fraction", "floor binds", "verdicts / step", "score ms", "step s"]))
 
+    levels = proxy_levels(res)
+    rows = [[LABEL[a], *[matched_proxy(R(a), level) for level in levels]] for a in arms]
+    out.append("\n### 6. Gold at matched proxy: held-out gold where each run's held-out proxy first reaches a "
+               "level (linear between evaluations; mean ± sd over seeds, n/a for a run that never reaches it)\n")
+    out.append(table(rows, ["arm", *[f"proxy {v:.2f}" for v in levels]]))
+    out.append("\nAn arm above the fixed rubric here trades proxy for gold better; an arm that only wins at matched "
+               "checkpoints (section 2) optimises the same trade-off more slowly.")
+
     rows = []
     for a in arms:
         for s in seeds:
@@ -207,10 +217,33 @@ def report(res: dict[str, Any], name: str, window: tuple[int, int]) -> tuple[str
                          f"{x['gold'][0]:.3f} → {x['gold'][-1]:.3f}"])
     stable = all(r[1] == r[2] for r in rows)
     checks["gold stable on identical text"] = stable
-    out.append(f"\n### 6. Reviewers' check: the first evaluation's replies graded by gold again at every evaluation, "
+    out.append(f"\n### 7. Reviewers' check: the first evaluation's replies graded by gold again at every evaluation, "
                f"interleaved with the new ones: {verdict(stable)}\n")
     out.append(table(rows, ["run", "anchor gold, first", "anchor gold, last", "max flips", "gold on new replies"]))
     return "\n".join(out), checks
+
+
+def proxy_levels(res: dict[str, Any], n: int = 4) -> list[float]:
+    """`n` proxy levels every run passes through: from just above the highest first proxy to the
+    lowest best proxy."""
+    runs = list(res["runs"].values())
+    lo = max(r["proxy"][0] for r in runs) + 0.05
+    hi = min(max(r["proxy"]) for r in runs)
+    return [round(lo + (hi - lo) * k / (n - 1), 3) for k in range(n)] if hi > lo else [hi]
+
+
+def gold_at_proxy(run: dict[str, Any], level: float) -> float:
+    """Gold where the run's proxy first reaches `level`, linear between evaluations (NaN if never)."""
+    xs, ys = run["proxy"], run["gold"]
+    for i in range(1, len(xs)):
+        if xs[i - 1] < level <= xs[i]:
+            t = (level - xs[i - 1]) / (xs[i] - xs[i - 1])
+            return ys[i - 1] + t * (ys[i] - ys[i - 1])
+    return float("nan")
+
+
+def matched_proxy(runs: list[dict[str, Any]], level: float) -> str:
+    return ms([gold_at_proxy(r, level) for r in runs])
 
 
 # --- plots --------------------------------------------------------------------------------------
@@ -259,7 +292,7 @@ def plots(res: dict[str, Any], plot_dir: Path, name: str) -> list[Path]:
     plt.close(fig)
 
     crit = list(runs[f"base_s{seeds[0]}"]["criteria_end"])
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(crit) * len(arms) / 2), 4))
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(crit) + 2), 4))
     width = 0.8 / len(arms)
     for i, a in enumerate(arms):
         ys = [mean([runs[f"{a}_s{s}"]["criteria_end"][c][1] for s in seeds]) for c in crit]
