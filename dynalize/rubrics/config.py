@@ -20,6 +20,8 @@ class _Section(BaseModel):
 
 
 class DropoutConfig(_Section):
+    """Rubric Dropout: which positive criteria count in each group's reward (docs/rubrics.md)."""
+
     f: float = Field(0.0, ge=0, lt=1)
     """Rubric Dropout's fraction: each unprotected positive criterion is dropped from a group's
     reward with this probability (one mask per group, drawn from SHA256(instance id, step)).
@@ -50,6 +52,8 @@ class DropoutConfig(_Section):
 
 
 class ReweightConfig(_Section):
+    """POW3R-style criterion weights for the training reward: the paper's port or the fuller form."""
+
     method: Literal["none", "pow3r_port", "pow3r"] = "none"
     """Criterion weights for the training reward: `none` (human weights), `pow3r_port` (the port
     the Rubric Dropout paper compared against: the group's own contrast, applied at once, no
@@ -66,6 +70,8 @@ class ReweightConfig(_Section):
 
 
 class RubricJudgeConfig(JudgeConfig):
+    """A judge of rubric criteria (the training proxy or the gold judge): local deciders or an LLM."""
+
     engine: Literal["local", "llm"] = "local"  # type: ignore[assignment]
     """`local`: no LLM, each criterion decided by its own `regex` or else by `predicate`;
     `llm`: criteria with a regex locally, the rest by `chat` in one call per reply."""
@@ -84,6 +90,8 @@ class RubricJudgeConfig(JudgeConfig):
 
 
 class RubricConfig(_Section):
+    """Rubric rewards: per-prompt weighted criteria a judge checks, with Rubric Dropout (docs/rubrics.md)."""
+
     enabled: bool = False
     """Add the rubric term to the reward (the task's prompts must carry rubrics in their meta)."""
     coef: float = Field(1.0, ge=0)
