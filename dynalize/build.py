@@ -236,7 +236,11 @@ def build_reward_trainer(cfg: Any, base_dir: str, tokenizer: Any, train_dataset:
     one-output sequence classifier, the pairs already tokenized, nothing saved along the way.
     `cfg.trainer_args` are passed to `trl.RewardConfig` as they are and win over the rest."""
     import torch
-    from trl import RewardConfig, RewardTrainer
+
+    try:
+        from trl import RewardConfig, RewardTrainer
+    except ImportError:
+        raise ConfigError("training a reward model needs TRL: pip install 'dynalize[rm]' (trl, datasets)") from None
 
     args = dict(
         output_dir=cfg.out, learning_rate=cfg.lr, num_train_epochs=cfg.epochs,

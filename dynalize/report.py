@@ -15,7 +15,8 @@ counts against a baseline run, per-criterion and per-tag met rates under both ju
 reviewers' anchor check, and a figure of proxy, gold, gap and overclaim against step.
 
 The audit: run A's discovered penalties judged on run B's replies at a step (the same judge:
-regex penalties locally, the others by `--judge`): % of replies triggering ≥ 1, mean per reply.
+regex penalties locally, the others by `--judge`): % of replies triggering ≥ 1, mean per reply;
+with `--compare OLD`, each of A's penalties matched to OLD's (same regex, or overlapping verdicts).
 """
 
 from __future__ import annotations

@@ -211,7 +211,11 @@ def train_reward_model(cfg: RMTrainConfig, console: Console | None = None) -> di
     task that fails to start or a non-empty output directory stop with one line."""
     import torch
     from accelerate import PartialState
-    from datasets import Dataset
+
+    try:
+        from datasets import Dataset
+    except ImportError:
+        raise ConfigError("training a reward model needs datasets: pip install 'dynalize[rm]' (trl, datasets)") from None
 
     from ..backends.hf import load_tokenizer
     from ..build import build_reward_trainer, model_dir

@@ -16,8 +16,8 @@ from .task import SandboxArgs, SandboxTask
 from .topics import ALL_TOPICS, Topic, find_topic, split_topics
 
 __all__ = [
-    "ALL_TOPICS", "FEATURE_SETS", "LEARNED_RM_NAME", "POLICY_NAME", "Feature", "SandboxArgs", "SandboxRewardModel", "SandboxTask",
-    "Topic", "alternative_features", "build_learned_rm", "build_sandbox_policy", "default_features", "describe_features",
-    "feature_bonus", "feature_prevalence", "find_topic", "gold_parts", "gold_score", "sample_replies",
-    "split_topics",
+    "ALL_TOPICS", "FEATURE_SETS", "LEARNED_RM_NAME", "POLICY_NAME", "Feature", "SandboxArgs", "SandboxRewardModel",
+    "SandboxTask", "Topic", "alternative_features", "build_learned_rm", "build_sandbox_policy", "default_features",
+    "describe_features", "feature_bonus", "feature_prevalence", "find_topic", "gold_parts", "gold_score",
+    "sample_replies", "split_topics",
 ]
