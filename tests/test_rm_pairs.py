@@ -214,3 +214,21 @@ def test_counts_are_printed(tmp_path, capsys):
     assert rm_main(["pairs", "--run", str(run), "--out", str(run / "p.jsonl")]) == 0
     err = capsys.readouterr().err
     assert "prompts used" in err and "per-penalty coverage" in err and "Ends with a question" in err
+
+
+def test_rejudging_with_an_llm_judge_skips_the_replies_it_fails_on(tmp_path):
+    from dynalize.backends.chat import ScriptedChatModel
+    from dynalize.penalties.judge import Judge
+    from dynalize.rm.pairs import pairs_from_run
+
+    def llm(messages):
+        text = "\n".join(m.content for m in messages)  # a retry's messages hold the first request too
+        if "five." in text:
+            return "I cannot tell."  # no verdict, after the retries too: a failed verdict
+        return json.dumps({"p001": "three?" in text or "six?" in text})
+
+    run = make_run(tmp_path / "run", {0: sea_rows()}, penalties=[("p001", "Sounds unsure", None)])
+    pairs, stats = anyio.run(lambda: pairs_from_run(cfg(run, rejudge=True, pairs_per_prompt=10),
+                                                    Judge(ScriptedChatModel(llm))))
+    assert stats.failed == 1  # "five." is neither clean nor penalised; the rest: 75th percentile of 7 scores = 6.5
+    assert {p.chosen for p in pairs} == {"seven.", "eight."} and {p.rejected for p in pairs} == {"three?", "six?"}

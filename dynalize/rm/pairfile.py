@@ -1,4 +1,5 @@
-"""The preference-pair file: JSONL, one pair per line.
+"""The preference-pair file: JSONL, one pair per line (CSV, parquet or a `datasets` folder with
+the same columns are read too, by `dynalize.tasks.data.read_rows`).
 
     {"prompt": [{"role": "user", "content": "Write about the sea."}],   # or a plain string
      "chosen": "The sea is ...",                                       # the preferred reply
@@ -17,13 +18,13 @@ reply triggers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..runlog import write_jsonl_atomic
+from ..tasks.data import read_rows
 from ..types import Message
 
 ROLES = ("system", "user", "assistant")
@@ -72,7 +73,7 @@ def _prompt(value: Any, where: str) -> list[Message]:
 def parse_pair(row: Any, where: str) -> Pair:
     """One line's pair, or a PairFileError naming `where` and the problem."""
     if not isinstance(row, dict):
-        raise PairFileError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        raise PairFileError(f"{where}: expected an object with prompt, chosen and rejected, got {type(row).__name__}")
     missing = [k for k in ("prompt", "chosen", "rejected") if k not in row]
     if missing:
         raise PairFileError(f"{where}: missing {', '.join(missing)} (a pair needs prompt, chosen and rejected)")
@@ -89,26 +90,13 @@ def parse_pair(row: Any, where: str) -> Pair:
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
-    """Every pair of a file; the first bad line stops with one line naming it. Empty files are refused."""
+    """Every pair of a file (JSONL; also CSV, parquet or a `datasets` folder with these columns,
+    read by `dynalize.tasks.data.read_rows`); the first bad row, or an empty file, stops with one
+    line naming it."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise PairFileError(f"pair file not found: {p}")
-    pairs = []
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise PairFileError(f"{p}: not UTF-8 text (a pair file is JSONL)") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PairFileError(f"{p} line {n}: not JSON ({e.msg})") from None
-        pairs.append(parse_pair(row, f"{p} line {n}"))
-    if not pairs:
-        raise PairFileError(f"{p}: no pairs (the file is empty)")
-    return pairs
+    return [parse_pair(row.data, row.where) for row in read_rows(p)]  # an empty file: "has no rows"
 
 
 def write_pairs(path: str | Path, pairs: list[Pair]) -> None:
