@@ -100,9 +100,9 @@ class RMTrainConfig(Settings):
     something else (e.g. the base LM it was made from): its held-out accuracy is the "before"
     column. None: the base, when the base is an RM (has a one-output head)."""
     keep_scale: bool = False
-    """After training, rescale the reward head so the new RM's scores spread as the previous RM's
-    do on the training replies (standard deviation): reward mixes tuned against it (Dynalize's
-    λ) keep their weight. Needs a previous RM."""
+    """After training, rescale the reward head so the new RM's scores spread (standard deviation)
+    as the previous RM's do on the replies of up to 512 training pairs: reward mixes tuned against
+    it (Dynalize's λ) keep their weight. Needs a previous RM."""
     eval_batch_size: int = Field(32, gt=0)
     """RM inputs per forward pass when measuring accuracy (through the `hf` engine)."""
     seed: int = 0

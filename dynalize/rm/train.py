@@ -223,7 +223,7 @@ def train_reward_model(cfg: RMTrainConfig, console: Console | None = None) -> di
     t0 = time.perf_counter()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    files = [("original", cfg.pairs)] + [(f"new" if len(cfg.extra) == 1 else f"new{i + 1}", p)
+    files = [("original", cfg.pairs)] + [("new" if len(cfg.extra) == 1 else f"new{i + 1}", p)
                                          for i, p in enumerate(cfg.extra)]
     sets = [split_pairs(name, path, read_pairs(path), cfg.eval_fraction, cfg.max_eval_pairs, cfg.seed)
             for name, path in files]
@@ -263,14 +263,15 @@ def train_reward_model(cfg: RMTrainConfig, console: Console | None = None) -> di
     if main:
         scale = None
         if cfg.keep_scale:
-            sample = train[:512]
+            sample = random.Random(cfg.seed).sample(train, min(len(train), 512))  # from every file
             items = [x for pair in zip(*reader.items(sample)) for x in pair]
             old, new = score_items(previous, items, cfg), score_items(str(out), items, cfg)
             scale = statistics.pstdev(old) / max(statistics.pstdev(new), 1e-12)
             rescale_head(str(out), scale)
         after = evaluate(str(out), sets, reader, cfg, show)
         summary = {
-            "base": cfg.base, "previous": cfg.previous or (cfg.base if previous else None), "out": str(out), "seconds": time.perf_counter() - t0, "train_loss": train_loss,
+            "base": cfg.base, "previous": cfg.previous or (cfg.base if previous else None), "out": str(out),
+            "seconds": time.perf_counter() - t0, "train_loss": train_loss,
             "train_pairs": {s.name: len(s.train) for s in sets},
             "held_out_pairs": {s.name: len(s.held_out) for s in sets},
             "files": {s.name: s.path for s in sets}, "before": before, "after": after, "scale": scale,
