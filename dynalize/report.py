@@ -257,7 +257,7 @@ def parse_audit_args(argv: list[str]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any], dict[str, Any] | None]:
     from .analysis.audit import audit, judge_from_spec
     from .analysis.penalties import penalty_history
 
@@ -269,9 +269,8 @@ async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
     judge = judge_from_spec(args.judge, args.concurrency)
     targets = [Run(p, n) for p, n in zip(args.rollouts, unique_names(args.rollouts))]
     results = [await audit(chosen, source.name, t, judge, args.step, args.rollouts_kind) for t in targets]
-    if args.compare:
-        args.matches = await compare_penalties(chosen, Run(args.compare), targets, judge, args)
-    return results, chosen
+    matches = await compare_penalties(chosen, Run(args.compare), targets, judge, args) if args.compare else None
+    return results, chosen, matches
 
 
 async def compare_penalties(chosen: list[Any], old_run: Run, targets: list[Run], judge: Any,
@@ -297,8 +296,7 @@ async def compare_penalties(chosen: list[Any], old_run: Run, targets: list[Run],
 
 
 def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
-    args.matches = None
-    results, chosen = anyio.run(run_audit, args)
+    results, chosen, matches = anyio.run(run_audit, args)
     header = ["replies of", "step", "replies", "≥ 1 penalty", "mean per reply", "undecided verdicts"]
     body = [[r.target, str(r.step), str(r.n_replies), f"{100 * r.share_any:.1f}%", f"{r.mean_count:.3f}",
              str(r.undecided)] for r in results]
@@ -313,9 +311,7 @@ def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
         no_regex = sum(1 for p in chosen if not p.regex)
         notes.append(f"{sum(r.undecided for r in results)} verdicts undecided (counted as not triggered)"
                      + (f": {no_regex} penalties have no regex; pass --judge to judge them" if not args.judge else ""))
-    md_match = []
-    if args.matches:
-        md_match = match_tables(results[0].source, args.matches, notes)
+    md_match = match_tables(results[0].source, matches, notes) if matches else []
     for n in notes:
         console.print(f"[yellow]note:[/] {n}")
     out = Path(args.out) if args.out else Path(args.penalties) / "plots"
@@ -325,8 +321,8 @@ def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
     md += [f"- {n}" for n in notes]
     (out / f"{stem}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     rows = [r.to_json() for r in results]
-    (out / f"{stem}.json").write_text(json.dumps(rows if not args.matches else {"audits": rows, "compare": args.matches},
-                                                 indent=1), encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps({"audits": rows, "compare": matches} if matches else rows, indent=1),
+                                      encoding="utf-8")
     console.print(f"written: {out / (stem + '.md')}, {out / (stem + '.json')}")
     return rows
 
