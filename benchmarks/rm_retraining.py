@@ -137,7 +137,8 @@ def analyse(args: argparse.Namespace) -> dict[str, Any]:
             if arm.startswith("dynalize"):
                 pens: dict[str, dict[str, Any]] = {}
                 for e in penalty_events(out / f"{arm}_s{s}"):
-                    p = pens.setdefault(e["id"], {"id": e["id"], "title": e["title"], "regex": e["regex"], "events": []})
+                    p = pens.setdefault(e["id"], {"id": e["id"], "title": e["title"], "regex": e["regex"],
+                                                  "events": []})
                     p["events"].append((e["event"], e["step"]))
                 for p in pens.values():
                     p["feature"], p["reaction"] = match_feature(p["regex"], features, base)
@@ -161,15 +162,18 @@ def report(res: dict[str, Any]) -> str:
                      f"{a['original']['accuracy']:.3f}", f"{a['new']['accuracy']:.3f}",
                      f"{t['held_out_pairs']['original']} / {t['held_out_pairs']['new']}"])
     o.append("### RM accuracy on held-out pairs (original: labelled by the formula RM; new: from Dynalize vs v1)\n")
-    o.append(table(rows, ["seed", "new pairs", "v1 original", "v1 new", "v2 original", "v2 new", "held out (orig / new)"]))
+    o.append(table(rows, ["seed", "new pairs", "v1 original", "v1 new", "v2 original", "v2 new",
+                          "held out (orig / new)"]))
     rows = []
     for arm in ARMS:
         r = [runs[f"{arm}_s{s}"] for s in seeds]
         rows.append([LABEL[arm], ms([x["peak"] for x in r]), ms([x["end"] for x in r]), ms([x["final"] for x in r]),
                      ms([x["rm_end"] for x in r]), f"{sum(x['hacks'] for x in r)} / {len(r)}"])
-    o.append("\n### Gold (held-out) and RM per arm: mean ± sd over seeds; End = mean of the last quarter of evaluations\n")
+    o.append("\n### Gold (held-out) and RM per arm: mean ± sd over seeds; End = mean of the last quarter of "
+             "evaluations\n")
     o.append(table(rows, ["arm", "gold Peak", "gold End", "gold Final", "RM (End)", "hacks (seeds)"]))
-    o.append(f"\n'hacks': RM End above the RM at the gold peak, the peak before End, and gold Peak − End ≥ {MARGIN}.\n")
+    o.append(f"\n'hacks': RM End above the RM at the gold peak, the peak before End, and gold Peak − End ≥ "
+             f"{MARGIN}.\n")
     rows = []
     for arm in ARMS:
         for s in seeds:

@@ -240,7 +240,7 @@ def build_reward_trainer(cfg: Any, base_dir: str, tokenizer: Any, train_dataset:
     try:
         from trl import RewardConfig, RewardTrainer
     except ImportError:
-        raise ConfigError("training a reward model needs TRL: pip install 'dynalize[rm]' (trl, datasets)") from None
+        raise ConfigError("training a reward model needs TRL: pip install 'dynalize[rm]'") from None
 
     args = dict(
         output_dir=cfg.out, learning_rate=cfg.lr, num_train_epochs=cfg.epochs,

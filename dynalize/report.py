@@ -331,7 +331,8 @@ def match_tables(source: str, m: dict[str, Any], notes: list[str]) -> list[str]:
     """Print the `--compare` tables; return them as Markdown."""
     header = ["penalty of " + source, f"closest of {m['old']}", "overlap (Jaccard)", "fires: new / old / both", "same?"]
     body = [[f"{x['new']}: {x['new_title']}", f"{x['old']}: {x['old_title']}" if x["old"] else "—",
-             "n/a" if x["jaccard"] is None else f"{x['jaccard']:.2f}", f"{x['new_hits']} / {x['old_hits']} / {x['both']}",
+             "n/a" if x["jaccard"] is None else f"{x['jaccard']:.2f}",
+             f"{x['new_hits']} / {x['old_hits']} / {x['both']}",
              ("same regex" if x["same_regex"] else "yes") if x["matched"] else "new"] for x in m["matches"]]
     title = f"{source}'s penalties matched to {m['old']}'s on {m['replies']} replies"
     console.print(rich_table(title, header, body))

@@ -80,7 +80,7 @@ def test_percentile_is_numpys_linear_interpolation():
 def test_chosen_is_clean_and_above_the_prompts_75th_percentile_rejected_triggers_a_penalty(tmp_path):
     run = make_run(tmp_path / "run", {0: sea_rows()})
     pairs = pairs_of(run, pairs_per_prompt=10)
-    assert {p.chosen for p in pairs} == {"seven.", "eight."}  # clean and above 6.25; "six?" scores high but is penalised
+    assert {p.chosen for p in pairs} == {"seven.", "eight."}  # clean and above 6.25 ("six?" is penalised)
     assert {p.rejected for p in pairs} == {"three?", "six?"}
     assert len(pairs) == 2  # lcm(2 chosen, 2 rejected) = 2 distinct pairs in turn: each reply once
     assert len({(p.chosen, p.rejected) for p in pairs}) == 2
@@ -177,7 +177,8 @@ def test_a_penalised_multi_turn_rollout_names_no_reply_unless_rejudged(tmp_path)
         r["replies"], r["rm_scores"] = [first, second], [rm, rm]
         return r
 
-    rows = [mt("sea", f"first {i}.", f"second {i}.", i, False) for i in range(1, 8)] + [mt("sea", "first 8.", "why?", 8, True)]
+    rows = [mt("sea", f"first {i}.", f"second {i}.", i, False) for i in range(1, 8)]
+    rows.append(mt("sea", "first 8.", "why?", 8, True))
     replies = [x for r in rows for x in replies_of_row(r, 0)]
     assert [x.penalties for x in replies[-2:]] == ["unattributed", "unattributed"]
     assert replies[1].context[-1].content == "More?"  # a later reply is compared with replies to its own conversation

@@ -63,7 +63,8 @@ def test_bt_loss_is_the_trainers_loss():
     chosen, rejected = scores[:4], scores[4:]
     expected = -torch.nn.functional.logsigmoid(chosen - rejected).mean()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
-    assert statistics.fmean(bt_loss(m) for m in (chosen - rejected).tolist()) == pytest.approx(expected.item(), rel=1e-5)
+    by_hand = statistics.fmean(bt_loss(m) for m in (chosen - rejected).tolist())
+    assert by_hand == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_pair_accuracy_and_loss_by_hand():
@@ -100,7 +101,8 @@ def test_a_separable_toy_set_is_learned_and_the_rm_loads_through_the_hf_engine(t
                     "lr=1e-3", "epochs=2", "batch_size=16", "threads=1", "eval_fraction=0.2",
                     "trainer_args.disable_tqdm=true"]) == 0
     summary = json.loads((out / "rm_training.json").read_text())
-    assert summary["held_out_pairs"] == {"original": 40, "new": 12} and summary["train_pairs"] == {"original": 160, "new": 48}
+    assert summary["held_out_pairs"] == {"original": 40, "new": 12}
+    assert summary["train_pairs"] == {"original": 160, "new": 48}
     assert summary["after"]["original"]["accuracy"] == 1.0 and summary["after"]["new"]["accuracy"] == 1.0
     assert summary["before"]["original"]["accuracy"] < 0.9  # a random head: no better than chance by construction
     assert summary["after"]["original"]["loss"] < summary["before"]["original"]["loss"]

@@ -86,9 +86,10 @@ async def audit(penalties: list[Penalty], source: str, target: Run, judge: Judge
         undecided=sum(len(j.failed) for j in judged))
 
 
-def judge_from_spec(spec: str | None, concurrency: int = 16) -> Judge:
+def judge_from_spec(spec: str | None, concurrency: int = 16, time_budget_s: float | None = 300.0) -> Judge:
     """The judge of an audit: regex penalties locally, the others by the LLM `spec` names (a
-    chat-model spec: JSON or a YAML/JSON file, `--judge`); without one they stay undecided."""
+    chat-model spec: JSON or a YAML/JSON file, `--judge`); without one they stay undecided.
+    `time_budget_s` bounds each `assess` call (None: every call waits out its retries)."""
     from ..penalties.config import JudgeConfig
     from ..penalties.judge import RegexJudge
 
@@ -98,7 +99,8 @@ def judge_from_spec(spec: str | None, concurrency: int = 16) -> Judge:
     from ..eval.models import chat_model_from_spec
 
     try:
-        return Judge(chat_model_from_spec(spec, "--judge", concurrency), JudgeConfig(max_concurrency=concurrency))
+        return Judge(chat_model_from_spec(spec, "--judge", concurrency),
+                     JudgeConfig(max_concurrency=concurrency, time_budget_s=time_budget_s))
     except BenchmarkError as e:
         raise ReportError(str(e)) from None
 

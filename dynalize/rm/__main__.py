@@ -36,7 +36,8 @@ console = Console(stderr=True)
 
 def parse_pairs_args(argv: list[str]) -> PairsConfig:
     ap = argparse.ArgumentParser(prog="python -m dynalize.rm pairs",
-                                 description="Preference pairs from a run: clean, well-scored replies over penalised ones.")
+                                 description="Preference pairs from a run: clean, well-scored replies over "
+                                             "penalised ones.")
     ap.add_argument("--run", required=True, help="the run directory")
     ap.add_argument("--out", required=True, help="the pair file to write (JSONL)")
     ap.add_argument("--percentile", type=float, default=75.0, help="chosen replies score above it (default 75)")
@@ -74,7 +75,8 @@ def pairs_command(cfg: PairsConfig) -> dict[str, Any]:
 
     if cfg.judge and not cfg.rejudge:
         raise ConfigError("--judge is used only with --rejudge")
-    judge = judge_from_spec(cfg.judge, cfg.judge_concurrency) if cfg.judge else None
+    # offline: no time budget per batch of replies (a verdict still fails after its retries)
+    judge = judge_from_spec(cfg.judge, cfg.judge_concurrency, time_budget_s=None) if cfg.judge else None
     with Progress(console=console, transient=True) as bar:
         pairs, stats = anyio.run(pairs_from_run, cfg, judge, bar)
     write_pairs(cfg.out, pairs)
@@ -82,7 +84,8 @@ def pairs_command(cfg: PairsConfig) -> dict[str, Any]:
                     f", {cfg.percentile:g}th percentile of each {cfg.scope}'s replies)")
     t.add_column("")
     t.add_column("count", justify="right")
-    for name, value in [("replies read", stats.replies), ("distinct replies" if cfg.dedup else "replies kept", stats.distinct),
+    for name, value in [("replies read", stats.replies),
+                        ("distinct replies" if cfg.dedup else "replies kept", stats.distinct),
                         ("skipped: failed verdict", stats.failed),
                         ("skipped: penalised multi-turn rollout, reply unknown", stats.unattributed),
                         ("skipped: no RM score", stats.no_rm), ("prompts read", stats.prompts),

@@ -53,7 +53,7 @@ class Reply:
     prompt_id: str
     context: list[Message]
     text: str
-    rm: float
+    rm: float | None
     step: int
     penalties: frozenset[str] | str = frozenset()
     """The ids it triggers, or FAILED / UNATTRIBUTED."""

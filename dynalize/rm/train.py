@@ -106,7 +106,8 @@ def previous_rm(cfg: RMTrainConfig, base_dir: str) -> str | None:
     except FileNotFoundError as e:
         raise ConfigError(f"previous: {e}") from None
     if not has_reward_head(found):
-        raise ConfigError(f"previous: {cfg.previous} is not a reward model (no one-output sequence-classification head)")
+        raise ConfigError(f"previous: {cfg.previous} is not a reward model (no one-output sequence-classification "
+                          f"head)")
     return found
 
 
@@ -215,7 +216,7 @@ def train_reward_model(cfg: RMTrainConfig, console: Console | None = None) -> di
     try:
         from datasets import Dataset
     except ImportError:
-        raise ConfigError("training a reward model needs datasets: pip install 'dynalize[rm]' (trl, datasets)") from None
+        raise ConfigError("training a reward model needs datasets: pip install 'dynalize[rm]'") from None
 
     from ..backends.hf import load_tokenizer
     from ..build import build_reward_trainer, model_dir
