@@ -17,7 +17,9 @@ Per seed s (docs/rm_retraining.md has the recipe by hand):
      --rollouts rm_only_v1_s<s> rm_only_v2_s<s>`: which of v2's penalties match v1's, judged on
      the last batches of both RM-only runs (where each RM's hacks are common).
 
-Printed: RM accuracy (v1 before, v2 after; held-out original and new pairs), gold Peak / End /
+Printed: RM accuracy (v1 before, v2 after; held-out original and new pairs), what gold says of
+the new pairs (mean gold of chosen and rejected replies, the share of pairs gold agrees with, the
+median step the chosen replies come from), gold Peak / End /
 Final and RM End per arm, whether RM-only hacks each RM (RM End above the RM at the gold peak,
 gold Peak − End ≥ 0.05), held-out prevalence of each planted feature at End per arm, which
 planted features each Dynalize run's penalties cover (matched as benchmarks/sandbox_table.py
@@ -55,7 +57,9 @@ from sandbox_table import (  # noqa: E402  (the sandbox table's readers and form
     table,
 )
 
-from dynalize.tasks.sandbox import default_features  # noqa: E402  (the benchmark may know the list)
+from dynalize.tasks.sandbox import default_features, gold_score  # noqa: E402  (the benchmark may know them)
+from dynalize.tasks.sandbox.reward import topic_of  # noqa: E402
+from dynalize.types import as_messages  # noqa: E402
 
 ARMS = ("rm_only_v1", "dynalize_v1", "rm_only_v2", "dynalize_v2")
 LABEL = {"rm_only_v1": "RM-only vs v1", "dynalize_v1": "Dynalize vs v1", "rm_only_v2": "RM-only vs v2",
@@ -146,9 +150,23 @@ def analyse(args: argparse.Namespace) -> dict[str, Any]:
             res["runs"][f"{arm}_s{s}"] = r
     for s in args.seeds:
         res["rm"][s] = json.loads((out / f"rm_v2_s{s}" / "rm_training.json").read_text())
-        res["pairs"][s] = sum(1 for _ in (out / f"pairs_s{s}.jsonl").open())
+        res["pairs"][s] = pair_gold(out / f"pairs_s{s}.jsonl")
         res["match"][s] = audit(s, args)
     return res
+
+
+def pair_gold(path: Path) -> dict[str, Any]:
+    """What gold says of the new pairs: mean gold of chosen and rejected replies, the share of pairs
+    whose chosen reply has the higher gold, and the median step the chosen replies come from."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    chosen, rejected = [], []
+    for r in rows:
+        topic = topic_of(as_messages(r["prompt"]))
+        chosen.append(gold_score(topic, r["chosen"]))
+        rejected.append(gold_score(topic, r["rejected"]))
+    return {"n": len(rows), "gold_chosen": statistics.fmean(chosen), "gold_rejected": statistics.fmean(rejected),
+            "agree": statistics.fmean(c > r for c, r in zip(chosen, rejected)),
+            "chosen_step": statistics.median(r["source"]["chosen_step"] for r in rows)}
 
 
 def report(res: dict[str, Any]) -> str:
@@ -158,12 +176,15 @@ def report(res: dict[str, Any]) -> str:
     for s in seeds:
         t = res["rm"][s]
         b, a = t["before"], t["after"]
-        rows.append([s, res["pairs"][s], f"{b['original']['accuracy']:.3f}", f"{b['new']['accuracy']:.3f}",
+        g = res["pairs"][s]
+        rows.append([s, g["n"], f"{b['original']['accuracy']:.3f}", f"{b['new']['accuracy']:.3f}",
                      f"{a['original']['accuracy']:.3f}", f"{a['new']['accuracy']:.3f}",
-                     f"{t['held_out_pairs']['original']} / {t['held_out_pairs']['new']}"])
-    o.append("### RM accuracy on held-out pairs (original: labelled by the formula RM; new: from Dynalize vs v1)\n")
+                     f"{t['held_out_pairs']['original']} / {t['held_out_pairs']['new']}",
+                     f"{g['gold_chosen']:.3f} / {g['gold_rejected']:.3f}", f"{g['agree']:.2f}", f"{g['chosen_step']:g}"])
+    o.append("### RM accuracy on held-out pairs (original: labelled by the formula RM; new: from Dynalize vs v1), "
+             "and what gold says of the new pairs\n")
     o.append(table(rows, ["seed", "new pairs", "v1 original", "v1 new", "v2 original", "v2 new",
-                          "held out (orig / new)"]))
+                          "held out (orig / new)", "gold chosen / rejected", "gold agrees", "chosen: median step"]))
     rows = []
     for arm in ARMS:
         r = [runs[f"{arm}_s{s}"] for s in seeds]
