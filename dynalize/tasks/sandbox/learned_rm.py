@@ -40,13 +40,14 @@ from ...rm.pairfile import Pair, write_pairs
 from ...types import Message
 from .features import FEATURE_SETS, Feature, default_features
 from .grammar import corpus, prompt_text
-from .pretrain import POLICY_NAME, sample_replies
+from .pretrain import POLICY_NAME, POLICY_VERSION, sample_replies
 from .reward import SandboxRewardModel
 from .topics import ALL_TOPICS, Topic
 
 LEARNED_RM_NAME = "sandbox-rm"
-LEARNED_RM_VERSION = "1"
-"""Bump when the builder's output changes (the cache key includes it)."""
+LEARNED_RM_VERSION = f"1+policy{POLICY_VERSION}"
+"""Bump when the builder's output changes (the cache key includes it, and the policy's version:
+the RM starts from the policy and is trained partly on its samples)."""
 ORIGINAL_PAIRS = "original_pairs.jsonl"
 """The pairs the learned RM was trained on, kept in its directory."""
 
