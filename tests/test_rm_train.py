@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 import torch
+import yaml
 from datasets import Dataset
 
 from dynalize.backends.hf import HFRewardModel, encode_rm_input, load_tokenizer
@@ -193,3 +194,18 @@ def test_empty_pair_files_settings_and_outputs_are_refused(tmp_path, capsys):
     assert "--base" in capsys.readouterr().err
     assert rm_main(["train", "--base", "tiny:rm", "--pairs", str(good), "--out", "x", "--task", str(tmp_path)]) == 2
     assert "no config.yaml" in capsys.readouterr().err
+
+
+def test_task_comes_from_a_name_or_a_run_directory(tmp_path):
+    from dynalize.rm.__main__ import parse_train_args
+
+    run = tmp_path / "run"
+    run.mkdir()
+    task = {"name": "sandbox", "args": {"n_eval_topics": 5}}
+    (run / "config.yaml").write_text(yaml.safe_dump({"name": "x", "task": task}))
+    common = ["--base", "tiny:rm", "--pairs", "p.jsonl", "--out", "o"]
+    assert parse_train_args([*common, "--task", str(run)]).task.model_dump() == task
+    assert parse_train_args([*common, "--task", "creative_writing"]).task.name == "creative_writing"
+    assert parse_train_args(common).task is None
+    cfg = parse_train_args([*common, "--task", "sandbox", "task.args.n_train_topics=7", "lr=2e-6"])
+    assert cfg.task.args == {"n_train_topics": 7} and cfg.lr == 2e-6
