@@ -229,6 +229,35 @@ def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
     return terms
 
 
+# --- reward-model training ----------------------------------------------------------------------
+
+def build_reward_trainer(cfg: Any, base_dir: str, tokenizer: Any, train_dataset: Any) -> Any:
+    """TRL's RewardTrainer for `dynalize.rm.train` (an `RMTrainConfig`): the base loaded as a
+    one-output sequence classifier, the pairs already tokenized, nothing saved along the way.
+    `cfg.trainer_args` are passed to `trl.RewardConfig` as they are and win over the rest."""
+    import torch
+
+    try:
+        from trl import RewardConfig, RewardTrainer
+    except ImportError:
+        raise ConfigError("training a reward model needs TRL: pip install 'dynalize[rm]'") from None
+
+    args = dict(
+        output_dir=cfg.out, learning_rate=cfg.lr, num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+        weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_ratio, lr_scheduler_type=cfg.lr_scheduler,
+        gradient_checkpointing=cfg.gradient_checkpointing, center_rewards_coefficient=cfg.center_rewards_coefficient,
+        seed=cfg.seed, data_seed=cfg.seed, max_length=None, bf16=False, fp16=False, save_strategy="no",
+        report_to="none", model_init_kwargs={"dtype": cfg.dtype}, remove_unused_columns=True,
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+    try:
+        rc = RewardConfig(**(args | dict(cfg.trainer_args)))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config error: trainer_args: {' '.join(str(e).split())[:300]}") from None
+    return RewardTrainer(model=base_dir, args=rc, train_dataset=train_dataset, processing_class=tokenizer)
+
+
 # --- the whole run -------------------------------------------------------------------------------
 
 def check_config(cfg: RunConfig) -> None:

@@ -15,7 +15,8 @@ counts against a baseline run, per-criterion and per-tag met rates under both ju
 reviewers' anchor check, and a figure of proxy, gold, gap and overclaim against step.
 
 The audit: run A's discovered penalties judged on run B's replies at a step (the same judge:
-regex penalties locally, the others by `--judge`): % of replies triggering ≥ 1, mean per reply.
+regex penalties locally, the others by `--judge`): % of replies triggering ≥ 1, mean per reply;
+with `--compare OLD`, each of A's penalties matched to OLD's (same regex, or overlapping verdicts).
 """
 
 from __future__ import annotations
@@ -246,37 +247,56 @@ def parse_audit_args(argv: list[str]) -> argparse.Namespace:
                     help="every penalty ever added (all) or only those active at the end (active)")
     ap.add_argument("--judge", help="LLM judge for penalties without a regex (JSON or YAML/JSON file)")
     ap.add_argument("--concurrency", type=int, default=16, help="judge calls in flight at once")
+    ap.add_argument("--compare", metavar="RUN_OLD",
+                    help="also match RUN_A's penalties to RUN_OLD's: both judged on the same replies, a pair "
+                         "matches by identical regex or by overlapping verdicts (--match-threshold)")
+    ap.add_argument("--match-threshold", type=float, default=0.5,
+                    help="--compare: Jaccard overlap of the replies two penalties fire on that makes them one "
+                         "(default 0.5)")
     ap.add_argument("--out", help="output directory (default <RUN_A>/plots)")
     return ap.parse_args(argv)
 
 
-async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
-    from .analysis.audit import audit
+async def run_audit(args: argparse.Namespace) -> tuple[list[Any], list[Any], dict[str, Any] | None]:
+    from .analysis.audit import audit, judge_from_spec
     from .analysis.penalties import penalty_history
-    from .penalties.config import JudgeConfig
-    from .penalties.judge import Judge, RegexJudge
 
     source = Run(args.penalties)
     chosen = penalty_history(source).select(args.which)
     if not chosen:
         raise ReportError(f"{source.path} has no {'active ' if args.which == 'active' else ''}penalties "
                           f"(penalties.jsonl or a checkpoint's buffer)")
-    judge: Judge = RegexJudge()
-    if args.judge:
-        from .eval.common import BenchmarkError
-        from .eval.models import chat_model_from_spec
-
-        try:
-            judge = Judge(chat_model_from_spec(args.judge, "--judge", args.concurrency),
-                          JudgeConfig(max_concurrency=args.concurrency))
-        except BenchmarkError as e:
-            raise ReportError(str(e)) from None
+    judge = judge_from_spec(args.judge, args.concurrency)
     targets = [Run(p, n) for p, n in zip(args.rollouts, unique_names(args.rollouts))]
-    return [await audit(chosen, source.name, t, judge, args.step, args.rollouts_kind) for t in targets], chosen
+    results = [await audit(chosen, source.name, t, judge, args.step, args.rollouts_kind) for t in targets]
+    matches = await compare_penalties(chosen, Run(args.compare), targets, judge, args) if args.compare else None
+    return results, chosen, matches
+
+
+async def compare_penalties(chosen: list[Any], old_run: Run, targets: list[Run], judge: Any,
+                            args: argparse.Namespace) -> dict[str, Any]:
+    """`--compare`: RUN_A's penalties matched to RUN_OLD's on the pooled replies of the audited runs."""
+    from .analysis.audit import match_penalties, replies_of, rollout_rows
+    from .analysis.penalties import penalty_history
+
+    old = penalty_history(old_run).select(args.which)
+    if not old:
+        raise ReportError(f"{old_run.path} has no penalties to compare with (penalties.jsonl or a checkpoint's buffer)")
+    texts: list[str] = []
+    contexts: list[str | None] = []
+    for t in targets:
+        t_texts, t_contexts = replies_of(rollout_rows(t, args.step, args.rollouts_kind)[1])
+        texts += t_texts
+        contexts += t_contexts
+    matches, undecided = await match_penalties(chosen, old, judge, texts, contexts, args.match_threshold)
+    return {"old": old_run.name, "replies": len(texts), "undecided": undecided,
+            "matches": [m.to_json() for m in matches],
+            "not_found_again": [p.id for p in old if not any(m.matched and m.old is p for m in matches)],
+            "old_titles": {p.id: p.title for p in old}}
 
 
 def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
-    results, chosen = anyio.run(run_audit, args)
+    results, chosen, matches = anyio.run(run_audit, args)
     header = ["replies of", "step", "replies", "≥ 1 penalty", "mean per reply", "undecided verdicts"]
     body = [[r.target, str(r.step), str(r.n_replies), f"{100 * r.share_any:.1f}%", f"{r.mean_count:.3f}",
              str(r.undecided)] for r in results]
@@ -291,17 +311,37 @@ def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
         no_regex = sum(1 for p in chosen if not p.regex)
         notes.append(f"{sum(r.undecided for r in results)} verdicts undecided (counted as not triggered)"
                      + (f": {no_regex} penalties have no regex; pass --judge to judge them" if not args.judge else ""))
+    md_match = match_tables(results[0].source, matches, notes) if matches else []
     for n in notes:
         console.print(f"[yellow]note:[/] {n}")
     out = Path(args.out) if args.out else Path(args.penalties) / "plots"
     out.mkdir(parents=True, exist_ok=True)
     stem = f"audit_{_slug(results[0].source)}_{args.which}"
-    md = [f"# {title}", "", markdown(header, body), "", markdown(per_header, per_body), ""] + [f"- {n}" for n in notes]
+    md = [f"# {title}", "", markdown(header, body), "", markdown(per_header, per_body), ""] + md_match
+    md += [f"- {n}" for n in notes]
     (out / f"{stem}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     rows = [r.to_json() for r in results]
-    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps({"audits": rows, "compare": matches} if matches else rows, indent=1),
+                                      encoding="utf-8")
     console.print(f"written: {out / (stem + '.md')}, {out / (stem + '.json')}")
     return rows
+
+
+def match_tables(source: str, m: dict[str, Any], notes: list[str]) -> list[str]:
+    """Print the `--compare` tables; return them as Markdown."""
+    header = ["penalty of " + source, f"closest of {m['old']}", "overlap (Jaccard)", "fires: new / old / both", "same?"]
+    body = [[f"{x['new']}: {x['new_title']}", f"{x['old']}: {x['old_title']}" if x["old"] else "—",
+             "n/a" if x["jaccard"] is None else f"{x['jaccard']:.2f}",
+             f"{x['new_hits']} / {x['old_hits']} / {x['both']}",
+             ("same regex" if x["same_regex"] else "yes") if x["matched"] else "new"] for x in m["matches"]]
+    title = f"{source}'s penalties matched to {m['old']}'s on {m['replies']} replies"
+    console.print(rich_table(title, header, body))
+    gone = [f"{pid}: {m['old_titles'][pid]}" for pid in m["not_found_again"]]
+    console.print(f"{m['old']}'s penalties no penalty of {source} matches: " + ("; ".join(gone) or "none"))
+    if m["undecided"]:
+        notes.append(f"--compare: {m['undecided']} verdicts undecided (counted as not firing)")
+    return [f"## {title}", "", markdown(header, body), "",
+            f"{m['old']}'s penalties no penalty of {source} matches: " + ("; ".join(gone) or "none"), ""]
 
 
 def _rate(v: float | None) -> str:

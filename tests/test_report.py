@@ -267,3 +267,35 @@ def test_penalties_from_the_last_checkpoint_without_events(tmp_path):
     assert h.intervals == {"p001": [(5, 12)], "p002": [(10, None)]}
     assert h.prevalence == {"p001": [(12, 0.0)], "p002": [(12, 0.3)]}
     assert [p.id for p in h.select("all")] == ["p001", "p002"] and [p.id for p in h.select("active")] == ["p002"]
+
+
+def test_audit_compare_matches_new_penalties_to_old_ones_by_regex_or_verdicts(tmp_path, capsys):
+    def add(pid, title, regex):
+        return {"step": 1, "event": "add", "id": pid, "title": title, "description": "", "regex": regex}
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_jsonl(old / "penalties.jsonl", [add("p001", "Opens with Okay", r"(?i)\A\s*okay\b"),
+                                          add("p002", "Ends with a question", r"\?\s*\Z"),
+                                          add("p003", "Says crimson", r"\bcrimson\b")])
+    write_jsonl(new / "penalties.jsonl", [add("p001", "Asks at the end", r"\?\s*\Z"),  # the same regex as old p002
+                                          add("p002", "Starts with okay", r"\AOkay"),  # other regex, same replies
+                                          add("p003", "Says galactic", r"galactic")])  # nothing old fires with it
+    write_jsonl(old / "rollouts" / "step_000003.jsonl", [rollout([r]) for r in
+                                                         ("Okay, the sea.", "Okay, the moon?", "The stars?", "okay then")])
+    write_jsonl(new / "rollouts" / "step_000004.jsonl", [rollout([r]) for r in ("A galactic tale.", "Plain words.")])
+    out = tmp_path / "audit"
+    assert report_main(["audit", "--penalties", str(new), "--compare", str(old), "--rollouts", str(old), str(new),
+                        "--out", str(out)]) == 0
+    got = json.loads((out / "audit_new_all.json").read_text())["compare"]
+    by = {m["new"]: m for m in got["matches"]}
+    assert got["replies"] == 6
+    assert by["p001"]["old"] == "p002" and by["p001"]["same_regex"] and by["p001"]["matched"]
+    # \AOkay fires on 2 replies, old p001 also on "okay then": overlap 2 / 3
+    assert by["p002"]["old"] == "p001" and by["p002"]["jaccard"] == pytest.approx(2 / 3) and by["p002"]["matched"]
+    assert not by["p003"]["matched"] and by["p003"]["new_hits"] == 1 and by["p003"]["both"] == 0
+    assert got["not_found_again"] == ["p003"]
+    assert "Says galactic" in capsys.readouterr().out
+    assert report_main(["audit", "--penalties", str(new), "--compare", str(old), "--rollouts", str(old), str(new),
+                        "--match-threshold", "0.7", "--out", str(out)]) == 0  # 2/3 < 0.7
+    by = {m["new"]: m for m in json.loads((out / "audit_new_all.json").read_text())["compare"]["matches"]}
+    assert not by["p002"]["matched"] and by["p001"]["matched"]

@@ -114,6 +114,18 @@ class HFGenerator(Generator):
         return Completion(ids, logprobs[: len(ids)], text, "stop" if end else "length")
 
 
+def encode_rm_input(tokenizer: Any, item: RMInput, max_length: int) -> list[int]:
+    """The token ids a reward model reads for one item: a string as raw text (special tokens
+    added, truncated from the right), a conversation through the tokenizer's chat template
+    (truncated from the left, so the reply is kept). Training (`dynalize.rm.train`) encodes
+    with this same function, so an RM trains on exactly what it later scores."""
+    if isinstance(item, str):
+        return tokenizer(item, add_special_tokens=True)["input_ids"][:max_length]
+    msgs = [m.to_dict() if isinstance(m, Message) else m for m in item]
+    text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"][-max_length:]
+
+
 class HFRewardModel(RewardModel):
     """A sequence classifier with one output (`num_labels=1`), batched.
 
@@ -134,16 +146,8 @@ class HFRewardModel(RewardModel):
         self.max_length = max_length
         self._lock = anyio.Lock()
 
-    def _encode(self, item: RMInput) -> list[int]:
-        if isinstance(item, str):
-            ids = self.tokenizer(item, add_special_tokens=True)["input_ids"]
-            return ids[: self.max_length]
-        msgs = [m.to_dict() if isinstance(m, Message) else m for m in item]
-        text = self.tokenizer.apply_chat_template(msgs, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"][-self.max_length :]
-
     async def score(self, items: list[RMInput]) -> list[float]:
-        encoded = [self._encode(x) for x in items]
+        encoded = [encode_rm_input(self.tokenizer, x, self.max_length) for x in items]
         async with self._lock:
             return await anyio.to_thread.run_sync(self._score_ids, encoded)
 
