@@ -26,7 +26,7 @@ def greedy_reference(model: HFChatModel, n: int) -> str:
     tok = model.tokenizer
     text = tok.apply_chat_template([m.to_dict() for m in MSGS], tokenize=False, add_generation_prompt=True)
     assert text.endswith("<|im_start|>assistant\n")
-    ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.model.device)
     new = []
     with torch.no_grad():
         for _ in range(n):
@@ -34,7 +34,7 @@ def greedy_reference(model: HFChatModel, n: int) -> str:
             if nxt == tok.eos_token_id:
                 break
             new.append(nxt)
-            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+            ids = torch.cat([ids, torch.tensor([[nxt]], device=ids.device)], dim=1)
     return tok.decode(new, skip_special_tokens=True)
 
 

@@ -150,7 +150,8 @@ def test_a_crafted_legacy_rng_file_runs_no_code(three_steps, tmp_path):
 # --- kill -9 at random moments ------------------------------------------------------------------------
 
 def _launch(argv: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    path = [str(TESTS.parent), str(TESTS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     return subprocess.Popen([sys.executable, "-m", "dynalize.run", *argv], stdout=subprocess.DEVNULL,
                             stderr=open(log, "ab"), env=env, cwd=TESTS.parent)
 

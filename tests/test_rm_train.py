@@ -58,6 +58,7 @@ def test_bt_loss_is_the_trainers_loss():
     batch = trainer.data_collator([{"chosen_ids": c, "rejected_ids": r}
                                    for c, r in zip(columns["chosen_ids"], columns["rejected_ids"])])
     model = trainer.model.eval()
+    batch = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     with torch.no_grad():
         loss = trainer.compute_loss(model, dict(batch))
         scores = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, 0]
