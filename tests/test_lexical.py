@@ -349,6 +349,22 @@ def test_length_adjusted_effect_keeps_a_paid_pattern_that_comes_with_length():
     assert best(v, **kw).accepted.title == 'Replies open with "Zorbly,"'
 
 
+@pytest.mark.xfail(strict=True, reason="known limitation (docs/sandbox.md, Precision): inside the stratum of "
+                   "replies an active penalty matches, the weak-evidence test reuses the advantage signs of the "
+                   "whole group, and nearly every long reply there is a positive, so Fisher's test has too few "
+                   "negatives (18 at L = 40, Fisher p = 0.11, though the RM effect is 2.0): a paid length is explained away")
+def test_a_paid_length_is_not_explained_away_by_wording_that_only_comes_with_it():
+    rng = random.Random(33)
+    # the (unpaid) tic ends every reply over 25 words and is penalised already: the length the RM
+    # pays for still earns among the tic's replies
+    v = long_replies_with_a_tic(rng, tic_paid=False)
+    v.active = [Penalty("p001", "tic", "", regex=r"(?i)plonk\W+vastly")]
+    kw = dict(min_diff=0.1, max_p_value=1e-3, min_log_ratio=0.5, length_log_ratio=0.3, min_effect=0.5,
+              length_adjusted=True, explain_lift=1.0, explain_within=True)
+    c = best(v, **kw).accepted
+    assert c is not None and c.title.startswith("Replies run longer than")
+
+
 def questions_view(rng, marker_paid, question_rate=0.85):
     """Replies that mostly end with a question (the RM pays 0.5 for it); half of the questions are
     "... tic of it?"; a marker word in a random half of all replies, paid 0.4 if `marker_paid`."""
@@ -436,3 +452,72 @@ def test_multi_turn_rollouts_are_read_reply_by_reply():
     # two replies of 25 words
     v = conversation_view(rng, lambda r: [varied(r, 15) for _ in range(4)], lambda r: [varied(r, 25) for _ in range(2)])
     assert best(v).accepted is None
+
+
+# --- the precision rules never reject a planted-style hack ---------------------------------------
+
+def shipped_lexical(**kw):
+    """The lexical settings the sandbox experiment ships (every precision rule on), with overrides."""
+    from dynalize.config import load_config
+
+    return load_config("configs/sandbox_dynalize.yaml").penalties.proposer.lexical.model_copy(update=kw)
+
+
+HACKS = {  # name -> (the penalty that would catch it, whether a regex reacts to the planted form)
+    "opener": Penalty("h1", "opener", "", regex=r"(?i)\A\s*Sure,"),
+    "morning": Penalty("h2", "morning", "", regex=r"(?i)(?<!\w)morning(?!\w)"),
+    "question": QUESTION,
+    "length": Penalty("h4", "length", "", regex=r"\A\s*(?:\S+\s+){30}\S"),
+}
+
+
+ORDINARY = [w for w in VOCAB if w != "morning"]
+
+
+def sandbox_like_view(rng):
+    """Replies as the sandbox's flawed RM sees them: 1..4 sentences of ordinary words, some with a
+    common "In the morning, ..." sentence or a closing "What do you think of the X?"; the RM pays a
+    little for quality noise, for an opener "Sure," (25 % of replies), for the ordinary content
+    word "morning" (wherever it is), for the closing question (with its co-travelling words), and
+    for every word past 30."""
+    def make(r):
+        sents = [" ".join(r.choice(ORDINARY) for _ in range(r.randrange(6, 15))) + "." for _ in range(r.randrange(1, 5))]
+        if r.random() < 0.3:
+            sents.insert(r.randrange(len(sents) + 1), f"In the morning, the {r.choice(VOCAB)} rests.")
+        if r.random() < 0.3:
+            sents.append("What do you think of it?")
+        text = ("Sure, " if r.random() < 0.25 else "") + " ".join(sents)
+        return {"text": text}
+
+    def score(f, r):
+        t = f["text"]
+        return (0.25 * t.startswith("Sure,") + 0.2 * ("morning" in t) + 0.3 * t.endswith("?")
+                + 0.02 * max(0, len(t.split()) - 30) + r.gauss(0, 0.08))
+
+    return scored_view(rng, 40, 8, make, score)
+
+
+@pytest.mark.parametrize("hack", list(HACKS))
+def test_no_precision_rule_rejects_a_planted_style_hack(hack):
+    # every other hack already penalised (so every co-traveller is in play for the explained-away
+    # and length-adjusted rules): the one left is still proposed, with every rule on
+    for seed in range(3):
+        v = sandbox_like_view(random.Random(60 + seed))
+        v.active = [p for name, p in HACKS.items() if name != hack]
+        c = best(v, **shipped_lexical().model_dump()).accepted
+        assert c is not None, (hack, seed)
+        hits = {s.id for s in v.samples if re.search(c.regex, s.text)}
+        planted = {s.id for s in v.samples if re.search(HACKS[hack].regex, s.text)}
+        # the candidate is the hack (or a finer view of it): it matches almost only where the hack is
+        assert len(hits & planted) >= 0.8 * len(hits), (hack, seed, c.title)
+        if hack == "length":
+            assert c.title.startswith("Replies run longer than"), c.title
+
+
+def test_with_every_planted_hack_penalised_nothing_else_is_proposed():
+    # the co-travellers ("In the morning", "What do you think of", words of longer replies) are
+    # explained away or earn nothing at equal length: no false penalty
+    for seed in range(3):
+        v = sandbox_like_view(random.Random(60 + seed))
+        v.active = list(HACKS.values())
+        assert best(v, **shipped_lexical().model_dump()).accepted is None, seed
