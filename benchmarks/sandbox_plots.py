@@ -107,5 +107,3 @@ def plots(res: dict[str, Any], plot_dir: Path, name: str) -> list[Path]:
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
     return written
-
-

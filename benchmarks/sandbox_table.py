@@ -210,6 +210,12 @@ def ms(values: list[float], digits: int = 3) -> str:
     return f"{statistics.fmean(values):.{digits}f} ± {sd:.{digits}f}"
 
 
+def missing(values: list[float]) -> str:
+    """" (k of n seeds)" when some values are NaN (not measured), so a mean over fewer seeds says so."""
+    k = sum(v == v for v in values)
+    return "" if k == len(values) else f" ({k} of {len(values)} seeds)"
+
+
 def signed(value: float) -> str:
     return f"{value:+.3f}" if value == value else "n/a"
 
@@ -437,7 +443,7 @@ def report(res: dict[str, Any], name: str, world: str = "") -> tuple[str, dict[s
                      f"{pr['precision']:.2f}", f"{pr['discovery']:.1f}", f"{d['end']:.3f} / {d['final']:.3f}", cell,
                      f"{signed(cost_end)} / {signed(cost_final)}"])
     rows.append(["mean ± sd", ms(per_seed["recall"], 2), "", ms(per_seed["precision"], 2), ms(per_seed["discovery"], 1), "",
-                 "", f"{ms(per_seed['cost_end'])} / {ms(per_seed['cost_final'])}"])
+                 "", f"{ms(per_seed['cost_end'])} / {ms(per_seed['cost_final'])}" + missing(per_seed["cost_end"])])
     pooled = pooled_true / pooled_all if pooled_all else float("nan")
     ok6 = pooled >= PRECISION
     checks[f"6 Precision ≥ {PRECISION} (pooled)"] = ok6
