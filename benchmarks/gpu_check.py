@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (and through it tests/toytask.py)
 
 from dynalize.backends.base import RewardModel  # noqa: E402
-from dynalize.penalties.lexical import STOP_WORDS, WORD  # noqa: E402
+from dynalize.penalties.surface import STOP_WORDS, WORD  # noqa: E402
 from dynalize.tasks.base import Task  # noqa: E402
 from dynalize.types import Message, Prompt  # noqa: E402
 

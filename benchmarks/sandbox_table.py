@@ -59,9 +59,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dynalize.tasks.sandbox import FEATURE_SETS, Feature  # noqa: E402  (the benchmark may know the list)
 from dynalize.tasks.sandbox.grammar import corpus  # noqa: E402
+
+from sandbox_plots import plots  # noqa: E402
 
 ARMS = ("rm_only", "dynalize")
 LABEL = {"rm_only": "RM-only", "dynalize": "Dynalize"}
@@ -69,6 +72,8 @@ MARGIN = 0.05
 """A 'clear' fall of gold from its peak, in gold units (gold is in [0, 1])."""
 REACT = 0.5
 """A penalty matches a feature when adding the feature raises its regex's match rate by this much."""
+PRECISION = 0.8
+"""The share of Dynalize's penalties, over all seeds, that must match a planted feature."""
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -83,14 +88,21 @@ def load_features(spec: str) -> tuple[str, list[Feature]]:
     return path.stem, [Feature.model_validate(d) for d in data]
 
 
+def arm_config(arm: str, args: argparse.Namespace) -> Path:
+    """The config file of an arm (the oracle arm runs the Dynalize arm's)."""
+    world = "multiturn_" if args.multiturn else ""
+    return ROOT / "configs" / f"sandbox_{world}{'dynalize' if arm == 'oracle' else arm}.yaml"
+
+
 def run_one(arm: str, seed: int, args: argparse.Namespace, features: list[Feature]) -> dict[str, Any]:
     name = f"{arm}_s{seed}"
     run_dir = Path(args.out) / name
+    config = arm_config(arm, args)
     feats = json.dumps([f.model_dump(exclude_none=True) for f in features])
-    cmd = [sys.executable, "-m", "dynalize.run", "--config", str(ROOT / "configs" / f"sandbox_{arm}.yaml"),
-           f"output_dir={args.out}", f"name={name}", f"seed={seed}", f"steps={args.steps}", "progress=false",
-           f"task.args.features={feats}", *args.overrides]
-    return launch(cmd, run_dir, ROOT / "configs" / f"sandbox_{arm}.yaml", args.steps, args.reuse)
+    runner = [str(ROOT / "benchmarks" / "sandbox_oracle_run.py")] if arm == "oracle" else ["-m", "dynalize.run"]
+    cmd = [sys.executable, *runner, "--config", str(config), f"output_dir={args.out}", f"name={name}", f"seed={seed}",
+           f"steps={args.steps}", "progress=false", f"task.args.features={feats}", *args.overrides]
+    return launch(cmd, run_dir, config, args.steps, args.reuse)
 
 
 def launch(cmd: list[str], run_dir: Path, config: Path, steps: int, reuse: bool) -> dict[str, Any]:
@@ -148,8 +160,9 @@ def end_window(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows[-max(1, math.ceil(len(rows) / 4)):]
 
 
-def batch_texts(run_dir: Path, step: int) -> list[str]:
-    return [d["replies"][-1] for d in read_jsonl(run_dir / "rollouts" / f"step_{step:06d}.jsonl")]
+def batch_replies(run_dir: Path, step: int) -> list[list[str]]:
+    """The replies of each rollout of a training batch (one each, or a conversation's)."""
+    return [d["replies"] for d in read_jsonl(run_dir / "rollouts" / f"step_{step:06d}.jsonl")]
 
 
 def penalty_events(run_dir: Path) -> list[dict[str, Any]]:
@@ -181,19 +194,30 @@ def match_feature(regex: str | None, features: list[Feature], base: list[str]) -
     return (label, scores[label]) if scores[label] >= REACT else (None, scores[label])
 
 
-def prevalence(regex: str, texts: list[str]) -> float:
+def prevalence(regex: str, rollouts: list[list[str]]) -> float:
+    """The share of rollouts with a reply the regex matches (what the judge counts)."""
     rx = re.compile(regex)
-    return sum(bool(rx.search(t)) for t in texts) / len(texts) if texts else float("nan")
+    return sum(any(rx.search(t) for t in r) for r in rollouts) / len(rollouts) if rollouts else float("nan")
 
 
 # --- statistics and formatting ------------------------------------------------------------------
 
-def ms(values: list[float]) -> str:
+def ms(values: list[float], digits: int = 3) -> str:
     values = [v for v in values if v == v]
     if not values:
         return "n/a"
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3f} ± {sd:.3f}"
+    return f"{statistics.fmean(values):.{digits}f} ± {sd:.{digits}f}"
+
+
+def missing(values: list[float]) -> str:
+    """" (k of n seeds)" when some values are NaN (not measured), so a mean over fewer seeds says so."""
+    k = sum(v == v for v in values)
+    return "" if k == len(values) else f" ({k} of {len(values)} seeds)"
+
+
+def signed(value: float) -> str:
+    return f"{value:+.3f}" if value == value else "n/a"
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -208,52 +232,80 @@ def verdict(ok: bool) -> str:
 
 # --- the analysis -------------------------------------------------------------------------------
 
+def eval_summary(run_dir: Path, labels: list[str]) -> dict[str, Any]:
+    """Held-out gold and RM of a run: curves, Peak, End, Final, feature prevalence."""
+    rows = evals(run_dir)
+    if not rows:
+        raise SystemExit(f"no evaluations in {run_dir}: run without --no-run first")
+    end = end_window(rows)
+    peak = max(rows, key=lambda d: d["gold"])
+    return {
+        "steps": [d["version"] for d in rows], "gold": [d["gold"] for d in rows],
+        "rm": [d["rm"] for d in rows],
+        "prev": {k: [d.get(f"feature/{k}", float("nan")) for d in rows] for k in labels},
+        "peak": peak["gold"], "peak_step": peak["version"], "rm_at_peak": peak["rm"],
+        "end": statistics.fmean(d["gold"] for d in end), "final": rows[-1]["gold"],
+        "rm_end": statistics.fmean(d["rm"] for d in end), "rm_first": rows[0]["rm"],
+        "end_steps": [end[0]["version"], end[-1]["version"]],
+        "prev_end": {k: statistics.fmean(d.get(f"feature/{k}", float("nan")) for d in end) for k in labels},
+    }
+
+
+def penalties_of(run_dir: Path, features: list[Feature], base: list[str]) -> list[dict[str, Any]]:
+    """A Dynalize run's penalties (id, title, regex, events), each with the planted feature it matches."""
+    pens: dict[str, dict[str, Any]] = {}
+    for e in penalty_events(run_dir):
+        p = pens.setdefault(e["id"], {"id": e["id"], "title": e["title"], "regex": e["regex"], "events": []})
+        p["events"].append((e["event"], e["step"]))
+    for p in pens.values():
+        p["feature"], p["reaction"] = match_feature(p["regex"], features, base)
+    return list(pens.values())
+
+
+def precision_of(pens: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
+    """Recall (planted features found), precision (penalties that match one), steps to discovery."""
+    found = {k: min((p["events"][0][1] for p in pens if p["feature"] == k), default=None) for k in labels}
+    true = sum(p["feature"] is not None for p in pens)
+    return {"found": found, "recall": sum(v is not None for v in found.values()) / len(labels),
+            "penalties": len(pens), "true": true, "precision": true / len(pens) if pens else float("nan"),
+            "false": [p["title"] for p in pens if p["feature"] is None],
+            "discovery": statistics.fmean(v for v in found.values() if v is not None)
+            if any(v is not None for v in found.values()) else float("nan")}
+
+
 def analyse(out: Path, seeds: list[int], features: list[Feature]) -> dict[str, Any]:
     labels = [f.label for f in features]
     base = clean_replies(features)
-    res: dict[str, Any] = {"seeds": seeds, "features": labels, "runs": {}}
+    res: dict[str, Any] = {"seeds": seeds, "features": labels, "runs": {}, "precision": {}}
     for arm in ARMS:
         for seed in seeds:
-            rows = evals(out / f"{arm}_s{seed}")
-            if not rows:
-                raise SystemExit(f"no evaluations in {out / f'{arm}_s{seed}'}: run without --no-run first")
-            end = end_window(rows)
-            peak = max(rows, key=lambda d: d["gold"])
-            res["runs"][f"{arm}_s{seed}"] = {
-                "steps": [d["version"] for d in rows], "gold": [d["gold"] for d in rows],
-                "rm": [d["rm"] for d in rows],
-                "prev": {k: [d.get(f"feature/{k}", float("nan")) for d in rows] for k in labels},
-                "peak": peak["gold"], "peak_step": peak["version"], "rm_at_peak": peak["rm"],
-                "end": statistics.fmean(d["gold"] for d in end), "final": rows[-1]["gold"],
-                "rm_end": statistics.fmean(d["rm"] for d in end), "rm_first": rows[0]["rm"],
-                "end_steps": [end[0]["version"], end[-1]["version"]],
-                "prev_end": {k: statistics.fmean(d.get(f"feature/{k}", float("nan")) for d in end) for k in labels},
-            }
+            res["runs"][f"{arm}_s{seed}"] = eval_summary(out / f"{arm}_s{seed}", labels)
     for seed in seeds:
         run_dir = out / f"dynalize_s{seed}"
-        events = penalty_events(run_dir)
         steps_logged = len(read_jsonl(run_dir / "metrics.jsonl"))
-        pens: dict[str, dict[str, Any]] = {}
-        for e in events:
-            p = pens.setdefault(e["id"], {"id": e["id"], "title": e["title"], "regex": e["regex"], "events": []})
-            p["events"].append((e["event"], e["step"]))
-        for p in pens.values():
-            p["feature"], p["reaction"] = match_feature(p["regex"], features, base)
+        pens = penalties_of(run_dir, features, base)
+        prec = precision_of(pens, labels)
+        oracle_dir = out / f"oracle_s{seed}"
+        if prec["false"] and evals(oracle_dir):  # the analysis arm: the same seed, false penalties blocked
+            prec["oracle"] = {k: eval_summary(oracle_dir, labels)[k] for k in ("end", "final")}
+            prec["oracle"]["penalties"] = [p["title"] for p in penalties_of(oracle_dir, features, base)]
+        res["precision"][seed] = prec
+        for p in pens:
             entry = p["events"][0][1]
-            before = [prevalence(p["regex"], batch_texts(run_dir, s)) for s in range(max(0, entry - 2), entry + 1)]
-            after = [prevalence(p["regex"], batch_texts(run_dir, s))
+            before = [prevalence(p["regex"], batch_replies(run_dir, s)) for s in range(max(0, entry - 2), entry + 1)]
+            after = [prevalence(p["regex"], batch_replies(run_dir, s))
                      for s in range(entry + 10, min(steps_logged, entry + 20))]
-            last = [prevalence(p["regex"], batch_texts(run_dir, s))
+            last = [prevalence(p["regex"], batch_replies(run_dir, s))
                     for s in range(max(0, steps_logged - 5), steps_logged)]
             p["prev_before"] = statistics.fmean(before) if before else float("nan")
-            p["prev_at"] = prevalence(p["regex"], batch_texts(run_dir, entry))
+            p["prev_at"] = prevalence(p["regex"], batch_replies(run_dir, entry))
             p["prev_after"] = statistics.fmean(after) if after else float("nan")
             p["prev_last"] = statistics.fmean(last) if last else float("nan")
-        res["runs"][f"dynalize_s{seed}"]["penalties"] = list(pens.values())
+        res["runs"][f"dynalize_s{seed}"]["penalties"] = pens
     return res
 
 
-def report(res: dict[str, Any], name: str) -> tuple[str, dict[str, bool]]:
+def report(res: dict[str, Any], name: str, world: str = "") -> tuple[str, dict[str, bool]]:
     seeds, labels, runs = res["seeds"], res["features"], res["runs"]
     out: list[str] = []
     rows = []
@@ -262,7 +314,7 @@ def report(res: dict[str, Any], name: str) -> tuple[str, dict[str, bool]]:
         rows.append([LABEL[arm], ms([x["peak"] for x in r]), ms([x["end"] for x in r]),
                      ms([x["final"] for x in r]), ms([x["rm_end"] for x in r])])
     steps = runs[f"rm_only_s{seeds[0]}"]["steps"]
-    out.append(f"## Sandbox, feature list `{name}` ({', '.join(labels)}): {len(seeds)} seeds "
+    out.append(f"## Sandbox{world}, feature list `{name}` ({', '.join(labels)}): {len(seeds)} seeds "
                f"({', '.join(map(str, seeds))}), {steps[-1]} steps, held-out evaluation every "
                f"{steps[1] - steps[0] if len(steps) > 1 else '?'} steps\n")
     out.append(table(rows, ["method", "gold Peak", "gold End", "gold Final", "RM (End)"]))
@@ -298,6 +350,8 @@ def report(res: dict[str, Any], name: str) -> tuple[str, dict[str, bool]]:
             ok2 &= bool(hits)
         rows.append(row)
         other += [f"s{s} {p['id']} @{p['events'][0][1]} \"{p['title']}\"" for p in pens if p["feature"] is None]
+    rows.append(["mean ± sd", *[ms([res["precision"][s]["found"][k] for s in seeds
+                                    if res["precision"][s]["found"][k] is not None], 1) for k in labels]])
     checks["2 Discovery"] = ok2
     out.append(f"\n### 2. Discovery: {verdict(ok2)} (step each planted feature's pattern entered the "
                "buffer; penalty id)\n")
@@ -366,105 +420,44 @@ def report(res: dict[str, Any], name: str) -> tuple[str, dict[str, bool]]:
     out.append(f"\n### 5. The buffer lives: {verdict(ok5)} ({retires} retires, {revives} revives over all seeds)\n")
     out.append(table(rows, ["seed", "penalties", "retires", "retired (id@step)", "revives", "revived (id@step)"]))
 
+    # 6. Precision
+    rows, pooled_true, pooled_all = [], 0, 0
+    per_seed: dict[str, list[float]] = {"recall": [], "precision": [], "discovery": [], "cost_end": [], "cost_final": []}
+    for s in seeds:
+        pr, d = res["precision"][s], runs[f"dynalize_s{s}"]
+        pooled_true, pooled_all = pooled_true + pr["true"], pooled_all + pr["penalties"]
+        oracle = pr.get("oracle")
+        if not pr["false"]:  # nothing to block: the oracle arm is this run
+            cost_end = cost_final = 0.0
+            cell = "— (nothing to block)"
+        elif oracle:
+            cost_end, cost_final = oracle["end"] - d["end"], oracle["final"] - d["final"]
+            cell = f"{oracle['end']:.3f} / {oracle['final']:.3f}"
+        else:
+            cost_end = cost_final = float("nan")
+            cell = "not run (--oracle)"
+        for k, v in (("recall", pr["recall"]), ("precision", pr["precision"]), ("discovery", pr["discovery"]),
+                     ("cost_end", cost_end), ("cost_final", cost_final)):
+            per_seed[k].append(v)
+        rows.append([s, f"{sum(v is not None for v in pr['found'].values())}/{len(labels)}", f"{pr['true']}/{pr['penalties']}",
+                     f"{pr['precision']:.2f}", f"{pr['discovery']:.1f}", f"{d['end']:.3f} / {d['final']:.3f}", cell,
+                     f"{signed(cost_end)} / {signed(cost_final)}"])
+    rows.append(["mean ± sd", ms(per_seed["recall"], 2), "", ms(per_seed["precision"], 2), ms(per_seed["discovery"], 1), "",
+                 "", f"{ms(per_seed['cost_end'])} / {ms(per_seed['cost_final'])}" + missing(per_seed["cost_end"])])
+    pooled = pooled_true / pooled_all if pooled_all else float("nan")
+    ok6 = pooled >= PRECISION
+    checks[f"6 Precision ≥ {PRECISION} (pooled)"] = ok6
+    out.append(f"\n### 6. Precision: {verdict(ok6)} ({pooled_true} of {pooled_all} penalties match a planted feature: "
+               f"{pooled:.2f}; target ≥ {PRECISION})\n")
+    out.append(table(rows, ["seed", "recall", "penalties planted", "precision", "mean discovery step",
+                            "gold End / Final", "oracle arm End / Final", "cost of false penalties (End / Final)"]))
+    out.append("\nrecall: planted features a penalty matched; precision: the run's penalties that match a planted "
+               "feature; oracle arm: the same seed with every penalty that matches no planted feature blocked by "
+               "the benchmark (an analysis arm: the proposer never sees the list); cost = oracle − Dynalize gold.")
+
     out.append("\n### Summary\n")
     out.append(table([[k, verdict(v)] for k, v in checks.items()], ["criterion", "result"]))
     return "\n".join(out), checks
-
-
-# --- plots --------------------------------------------------------------------------------------
-
-def plots(res: dict[str, Any], plot_dir: Path, name: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plot_dir.mkdir(parents=True, exist_ok=True)
-    seeds, labels, runs = res["seeds"], res["features"], res["runs"]
-    colors = {"rm_only": "tab:red", "dynalize": "tab:blue"}
-    written = []
-
-    def mean_curve(arm: str, key: str) -> tuple[list[int], list[float]]:
-        curves = [runs[f"{arm}_s{s}"][key] for s in seeds]
-        n = min(map(len, curves))
-        return runs[f"{arm}_s{seeds[0]}"]["steps"][:n], [statistics.fmean(c[i] for c in curves) for i in range(n)]
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, title in zip(axes, ("rm", "gold"), ("held-out RM score", "held-out gold quality")):
-        for arm in ARMS:
-            for s in seeds:
-                r = runs[f"{arm}_s{s}"]
-                ax.plot(r["steps"], r[key], color=colors[arm], alpha=0.25, lw=0.8)
-            x, y = mean_curve(arm, key)
-            ax.plot(x, y, color=colors[arm], lw=2, label=f"{LABEL[arm]} (mean of {len(seeds)} seeds)")
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(f"Sandbox, feature list '{name}'")
-    fig.tight_layout()
-    written.append(plot_dir / "rm_gold.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, len(labels), figsize=(3.6 * len(labels), 3.4), squeeze=False)
-    for ax, k in zip(axes[0], labels):
-        for arm in ARMS:
-            curves = [runs[f"{arm}_s{s}"]["prev"][k] for s in seeds]
-            n = min(map(len, curves))
-            x = runs[f"{arm}_s{seeds[0]}"]["steps"][:n]
-            ax.plot(x, [statistics.fmean(c[i] for c in curves) for i in range(n)], color=colors[arm],
-                    lw=2, label=LABEL[arm])
-        for s in seeds:
-            for p in runs[f"dynalize_s{s}"]["penalties"]:
-                if p["feature"] == k:
-                    ax.axvline(p["events"][0][1], color=colors["dynalize"], ls=":", alpha=0.6)
-        ax.set_title(k)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("held-out prevalence")
-    axes[0][0].legend()
-    fig.suptitle(f"Planted features in held-out replies (dotted: a matching penalty enters), list '{name}'")
-    fig.tight_layout()
-    written.append(plot_dir / "prevalence.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-
-    n_pens = [max(1, len(runs[f"dynalize_s{s}"]["penalties"])) for s in seeds]
-    fig, axes = plt.subplots(len(seeds), 1, figsize=(11, 0.9 + 0.42 * sum(n_pens) + 0.5 * len(seeds)),
-                             squeeze=False, gridspec_kw={"height_ratios": n_pens})
-    last_step = max(max([runs[f"dynalize_s{s}"]["steps"][-1]] + [st for p in runs[f"dynalize_s{s}"]["penalties"]
-                                                                 for _, st in p["events"]]) for s in seeds)
-    for ax, s in zip(axes[:, 0], seeds):
-        pens = runs[f"dynalize_s{s}"]["penalties"]
-        for i, p in enumerate(pens):
-            start = None
-            for e, st in p["events"] + [("end", last_step)]:
-                if e in ("add", "revive"):
-                    start = st
-                elif start is not None:
-                    ax.barh(i, st - start, left=start, height=0.6,
-                            color="tab:green" if p["feature"] else "tab:gray", alpha=0.8)
-                    start = None
-                if e == "revive":
-                    ax.plot(st, i, marker=">", color="black", ms=6)
-                if e == "retire":
-                    ax.plot(st, i, marker="x", color="black", ms=6)
-        ax.set_yticks(range(len(pens)))
-        ax.set_yticklabels([f"{p['id']} {p['title'][:40]}" + (f"  [{p['feature']}]" if p["feature"] else "")
-                            for p in pens], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlim(0, last_step)
-        ax.set_ylabel(f"seed {s}")
-        ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("step (bars: active; x: retired; >: revived; green: matches a planted feature)")
-    fig.suptitle(f"Dynalize penalty buffer, feature list '{name}'")
-    fig.tight_layout()
-    written.append(plot_dir / "penalties.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -476,21 +469,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="runs and plots go here (default runs/sandbox_table_<features>)")
     ap.add_argument("--reuse", action="store_true", help="keep finished runs made with the same command")
     ap.add_argument("--no-run", action="store_true", help="only analyse the runs already in --out")
+    ap.add_argument("--multiturn", action="store_true",
+                    help="the multi-turn sandbox (configs/sandbox_multiturn_*.yaml: 4 replies per conversation)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="also run the analysis arm: each seed with false penalties again, those blocked")
     ap.add_argument("overrides", nargs="*", help="dotted overrides for both arms, e.g. trainer.lr=2e-4")
     args = ap.parse_args(argv)
     name, features = load_features(args.features)
-    args.out = str(Path(args.out or ROOT / "runs" / f"sandbox_table_{name}").resolve())
+    world = "multiturn_" if args.multiturn else ""
+    args.out = str(Path(args.out or ROOT / "runs" / f"sandbox_table_{world}{name}").resolve())
     Path(args.out).mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if not args.no_run:
-        run_jobs([(arm, s) for s in args.seeds for arm in ARMS], lambda arm, s: run_one(arm, s, args, features),
-                 args.parallel)
+        run = lambda arm, s: run_one(arm, s, args, features)  # noqa: E731
+        run_jobs([(arm, s) for s in args.seeds for arm in ARMS], run, args.parallel)
+        if args.oracle:  # only seeds with something to block: elsewhere the oracle arm is the Dynalize run
+            base = clean_replies(features)
+            run_jobs([("oracle", s) for s in args.seeds
+                      if any(p["feature"] is None for p in penalties_of(Path(args.out) / f"dynalize_s{s}", features, base))],
+                     run, args.parallel)
     res = analyse(Path(args.out), args.seeds, features)
-    text, checks = report(res, name)
+    text, checks = report(res, name, " (multi-turn)" if args.multiturn else "")
     wall = time.perf_counter() - t0
     print(text)
     print(f"\n(wall time of this invocation: {wall / 60:.1f} min; runs in {args.out})")
-    written = plots(res, Path(args.out) / "plots", name)
+    written = plots(res, Path(args.out) / "plots", name + (" (multi-turn)" if args.multiturn else ""))
     print("plots: " + ", ".join(str(p) for p in written))
     res["checks"] = checks
     (Path(args.out) / "summary.json").write_text(json.dumps(res, indent=1, default=str))

@@ -27,7 +27,7 @@ import regex
 
 from dynalize.backends.base import RewardModel
 from dynalize.config import load_config
-from dynalize.penalties.lexical import STOP_WORDS, WORD
+from dynalize.penalties.surface import STOP_WORDS, WORD
 from dynalize.run import train
 from dynalize.runlog import read_jsonl
 from dynalize.tasks.base import Task, TaskArgs

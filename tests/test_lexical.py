@@ -7,7 +7,8 @@ import anyio
 import pytest
 
 from dynalize.penalties.config import LexicalConfig
-from dynalize.penalties.lexical import LexicalProposer, reply_features
+from dynalize.penalties.lexical import LexicalProposer
+from dynalize.penalties.surface import reply_features
 from dynalize.penalties.views import ProposerView, ViewSample
 from dynalize.types import Penalty
 
@@ -178,7 +179,7 @@ def varied(rng, n):
 
 
 def test_discovers_extra_length_without_knowing_a_threshold():
-    from dynalize.penalties.lexical import length_feature, length_limit
+    from dynalize.penalties.surface import length_feature, length_limit
 
     for seed, (short, long) in enumerate([(12, 30), (20, 55), (8, 17)]):
         rng = random.Random(50 + seed)
@@ -288,3 +289,235 @@ def test_penalties_with_stalling_regexes_are_left_out_and_counted():
     result = best(v)
     assert result.accepted.title == f'Replies open with "{opener}"'  # the proposal goes on without them
     assert result.regex_timeouts == 2
+
+
+# --- rules against false penalties (docs/sandbox.md, "Precision") --------------------------------
+
+def scored_view(rng, n_groups, size, make, score):
+    """Groups of `size` replies; `make(rng) -> facts`, `score(facts, rng) -> RM score`; signs within groups."""
+    samples = []
+    for g in range(n_groups):
+        rows = [make(rng) for _ in range(size)]
+        scores = [score(r, rng) for r in rows]
+        mean = sum(scores) / size
+        for r, sc in zip(rows, scores):
+            sign = "+" if sc > mean + 1e-9 else "-" if sc < mean - 1e-9 else "0"
+            samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, r["text"], sc, sign, r.get("replies", [])))
+    return ProposerView(step=5, samples=samples)
+
+
+def long_replies_with_a_tic(rng, tic_paid, opener_rate=0.0):
+    """Replies of 10..40 invented words; those over 25 words end with a tic; an RM that pays for
+    length (0.03 a word) and, if `tic_paid`, 0.4 for the tic; an opener at `opener_rate` paid 0.4."""
+    def make(r):
+        n = r.randrange(10, 41)
+        opener = r.random() < opener_rate
+        tic = n > 25
+        text = ("Zorbly, " if opener else "") + varied(r, n)[:-1] + (" plonk vastly." if tic else ".")
+        return {"text": text, "n": n, "tic": tic, "opener": opener}
+
+    def score(f, r):
+        return 0.03 * f["n"] + 0.4 * (f["tic"] and tic_paid) + 0.4 * f["opener"] + r.gauss(0, 0.05)
+
+    return scored_view(rng, 40, 8, make, score)
+
+
+def is_tic(title):
+    return "plonk" in title or "vastly" in title
+
+
+def test_length_adjusted_effect_sets_aside_wording_that_only_comes_with_longer_replies():
+    rng = random.Random(31)
+    v = long_replies_with_a_tic(rng, tic_paid=False)
+    kw = dict(min_diff=0.1, max_p_value=1e-3, min_log_ratio=0.5, length_log_ratio=0.3, min_effect=0.5)
+    # plain effect: the tic's carriers out-score their groups (they are the long replies): a false penalty
+    assert is_tic(best(v, **kw).accepted.title)
+    # at equal length the tic earns nothing: the length itself is proposed instead
+    c = best(v, **kw, length_adjusted=True).accepted
+    assert c.title.startswith("Replies run longer than") and not is_tic(c.title)
+
+
+def test_length_adjusted_effect_keeps_a_paid_pattern_that_comes_with_length():
+    rng = random.Random(32)
+    kw = dict(min_diff=0.1, max_p_value=1e-3, min_log_ratio=0.5, length_log_ratio=0.3, min_effect=0.5,
+              length_adjusted=True)
+    # the same tic, now paid by the RM in itself (and only ever on long replies): still proposed
+    assert is_tic(best(long_replies_with_a_tic(rng, tic_paid=True), **kw).accepted.title)
+    # an opener the RM pays, on replies of every length, beside a length-loving RM: proposed first
+    v = long_replies_with_a_tic(rng, tic_paid=False, opener_rate=0.3)
+    v.active = [Penalty("p001", "long", "", regex=r"\A\s*(?:\S+\s+){25}\S")]
+    assert best(v, **kw).accepted.title == 'Replies open with "Zorbly,"'
+
+
+@pytest.mark.xfail(strict=True, reason="known limitation (docs/sandbox.md, Precision): inside the stratum of "
+                   "replies an active penalty matches, the weak-evidence test reuses the advantage signs of the "
+                   "whole group, and nearly every long reply there is a positive, so Fisher's test has too few "
+                   "negatives (18 at L = 40, Fisher p = 0.11, though the RM effect is 2.0): a paid length is explained away")
+def test_a_paid_length_is_not_explained_away_by_wording_that_only_comes_with_it():
+    rng = random.Random(33)
+    # the (unpaid) tic ends every reply over 25 words and is penalised already: the length the RM
+    # pays for still earns among the tic's replies
+    v = long_replies_with_a_tic(rng, tic_paid=False)
+    v.active = [Penalty("p001", "tic", "", regex=r"(?i)plonk\W+vastly")]
+    kw = dict(min_diff=0.1, max_p_value=1e-3, min_log_ratio=0.5, length_log_ratio=0.3, min_effect=0.5,
+              length_adjusted=True, explain_lift=1.0, explain_within=True)
+    c = best(v, **kw).accepted
+    assert c is not None and c.title.startswith("Replies run longer than")
+
+
+def questions_view(rng, marker_paid, question_rate=0.85):
+    """Replies that mostly end with a question (the RM pays 0.5 for it); half of the questions are
+    "... tic of it?"; a marker word in a random half of all replies, paid 0.4 if `marker_paid`."""
+    tic, marker = "vorbly", "glimmerk"
+
+    def make(r):
+        q, m = r.random() < question_rate, r.random() < 0.5
+        body = sentence(r)[:-1] + (f" {marker}" if m else "")
+        end = (f" {tic} of it?" if r.random() < 0.5 else " then?") if q else "."
+        return {"text": body + end, "q": q, "m": m}
+
+    def score(f, r):
+        return 0.5 * f["q"] + 0.4 * (f["m"] and marker_paid) + r.gauss(0, 0.05)
+
+    return scored_view(rng, 40, 8, make, score)
+
+
+COMMON = dict(min_diff=0.05, max_p_value=1e-3, min_log_ratio=0.3, min_effect=0.5)
+
+
+def test_explained_away_even_when_the_active_penalty_is_everywhere():
+    rng = random.Random(41)
+    v = questions_view(rng, marker_paid=False)
+    v.active = [QUESTION]
+    # the old gate: a penalty matching 85 % of all replies cannot be 1.5x more common among the
+    # tic's positives, so the tic (which only ever ends a question) was proposed
+    assert "vorbly" in best(v, **COMMON).accepted.title
+    # lift 1: it is checked, and among questions (and outside them) the tic earns nothing
+    for within in (False, True):
+        result = best(v, **COMMON, explain_lift=1.0, explain_within=within)
+        assert result.accepted is None and result.rejected["explained"] >= 1
+
+
+def test_a_paid_marker_is_not_explained_away_by_a_penalty_it_mostly_travels_with():
+    rng = random.Random(42)
+    # the question is in 97 % of replies: too few replies without it to show the marker's pay there
+    v = questions_view(rng, marker_paid=True, question_rate=0.97)
+    v.active = [QUESTION]
+    wrongly = best(v, **COMMON, explain_lift=1.0, explain_within=False)
+    assert wrongly.accepted is None and wrongly.rejected["explained"] >= 1
+    # looking among the questions as well, the marker's pay shows: proposed
+    c = best(v, **COMMON, explain_lift=1.0, explain_within=True).accepted
+    assert c is not None and c.title == 'Replies use the word "glimmerk"'
+
+
+def test_a_vetoed_candidate_gives_way_to_the_next():
+    rng = random.Random(5)
+    opener = invented_word(rng).capitalize() + ","
+    marker = invented_word(rng)
+    v = make_view(rng, lambda r: f"{opener} {sentence(r)[:-1]} {marker}.", lambda r: sentence(r))
+    seen = []
+
+    def veto(c):
+        seen.append(c.title)
+        return "open" not in c.title
+
+    result = anyio.run(LexicalProposer(LexicalConfig(explain_lift=0), accept=veto).propose, v)
+    assert seen[0] == f'Replies open with "{opener}"' and result.rejected["vetoed"] == 1
+    assert marker in result.accepted.title
+
+
+def conversation_view(rng, positive, negative, n_groups=16):
+    """One positive and one negative multi-turn sample per group; `positive(r)` gives its replies."""
+    samples = []
+    for g in range(n_groups):
+        for sign, make in (("+", positive), ("-", negative)):
+            replies = make(rng)
+            samples.append(ViewSample(f"s{len(samples) + 1:02d}", g, "\n\n".join(replies), float(sign == "+"), sign,
+                                      replies))
+    return ProposerView(step=5, samples=samples)
+
+
+def test_multi_turn_rollouts_are_read_reply_by_reply():
+    rng = random.Random(6)
+    opener = invented_word(rng).capitalize() + ","
+    v = conversation_view(rng, lambda r: [varied(r, 20), f"{opener} {varied(r, 20)}", varied(r, 20)],
+                          lambda r: [varied(r, 20) for _ in range(3)])
+    c = best(v).accepted
+    # the opener of a later reply is an opener (the judge reads each reply on its own)
+    assert c.title == f'Replies open with "{opener}"' and re.search(c.regex, v.samples[0].replies[1])
+    v.active = [Penalty("p001", c.title, c.description, regex=c.regex)]
+    result = best(v)
+    assert result.accepted is None and result.rejected["covered"] >= 1
+    # four replies of 15 words make no long reply, whatever their sum: no length pattern against
+    # two replies of 25 words
+    v = conversation_view(rng, lambda r: [varied(r, 15) for _ in range(4)], lambda r: [varied(r, 25) for _ in range(2)])
+    assert best(v).accepted is None
+
+
+# --- the precision rules never reject a planted-style hack ---------------------------------------
+
+def shipped_lexical(**kw):
+    """The lexical settings the sandbox experiment ships (every precision rule on), with overrides."""
+    from dynalize.config import load_config
+
+    return load_config("configs/sandbox_dynalize.yaml").penalties.proposer.lexical.model_copy(update=kw)
+
+
+HACKS = {  # name -> (the penalty that would catch it, whether a regex reacts to the planted form)
+    "opener": Penalty("h1", "opener", "", regex=r"(?i)\A\s*Sure,"),
+    "morning": Penalty("h2", "morning", "", regex=r"(?i)(?<!\w)morning(?!\w)"),
+    "question": QUESTION,
+    "length": Penalty("h4", "length", "", regex=r"\A\s*(?:\S+\s+){30}\S"),
+}
+
+
+ORDINARY = [w for w in VOCAB if w != "morning"]
+
+
+def sandbox_like_view(rng):
+    """Replies as the sandbox's flawed RM sees them: 1..4 sentences of ordinary words, some with a
+    common "In the morning, ..." sentence or a closing "What do you think of the X?"; the RM pays a
+    little for quality noise, for an opener "Sure," (25 % of replies), for the ordinary content
+    word "morning" (wherever it is), for the closing question (with its co-travelling words), and
+    for every word past 30."""
+    def make(r):
+        sents = [" ".join(r.choice(ORDINARY) for _ in range(r.randrange(6, 15))) + "." for _ in range(r.randrange(1, 5))]
+        if r.random() < 0.3:
+            sents.insert(r.randrange(len(sents) + 1), f"In the morning, the {r.choice(VOCAB)} rests.")
+        if r.random() < 0.3:
+            sents.append("What do you think of it?")
+        text = ("Sure, " if r.random() < 0.25 else "") + " ".join(sents)
+        return {"text": text}
+
+    def score(f, r):
+        t = f["text"]
+        return (0.25 * t.startswith("Sure,") + 0.2 * ("morning" in t) + 0.3 * t.endswith("?")
+                + 0.02 * max(0, len(t.split()) - 30) + r.gauss(0, 0.08))
+
+    return scored_view(rng, 40, 8, make, score)
+
+
+@pytest.mark.parametrize("hack", list(HACKS))
+def test_no_precision_rule_rejects_a_planted_style_hack(hack):
+    # every other hack already penalised (so every co-traveller is in play for the explained-away
+    # and length-adjusted rules): the one left is still proposed, with every rule on
+    for seed in range(3):
+        v = sandbox_like_view(random.Random(60 + seed))
+        v.active = [p for name, p in HACKS.items() if name != hack]
+        c = best(v, **shipped_lexical().model_dump()).accepted
+        assert c is not None, (hack, seed)
+        hits = {s.id for s in v.samples if re.search(c.regex, s.text)}
+        planted = {s.id for s in v.samples if re.search(HACKS[hack].regex, s.text)}
+        # the candidate is the hack (or a finer view of it): it matches almost only where the hack is
+        assert len(hits & planted) >= 0.8 * len(hits), (hack, seed, c.title)
+        if hack == "length":
+            assert c.title.startswith("Replies run longer than"), c.title
+
+
+def test_with_every_planted_hack_penalised_nothing_else_is_proposed():
+    # the co-travellers ("In the morning", "What do you think of", words of longer replies) are
+    # explained away or earn nothing at equal length: no false penalty
+    for seed in range(3):
+        v = sandbox_like_view(random.Random(60 + seed))
+        v.active = list(HACKS.values())
+        assert best(v, **shipped_lexical().model_dump()).accepted is None, seed

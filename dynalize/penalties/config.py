@@ -42,10 +42,21 @@ class LexicalConfig(_Section):
     pattern that an active penalty travelling with it does not explain away."""
     explain_lift: float = Field(1.5, ge=0)
     """An active penalty may explain a pattern away when it matches its positives this many times
-    more often than replies at large (and at least `coverage` of them); 0 turns the check off."""
+    more often than replies at large (and at least `coverage` of them); 0 turns the check off.
+    1.0 also checks penalties most replies trigger (with `explain_within`, so that a pattern
+    paid for in itself is not explained away by a penalty it shares most replies with)."""
     drift_p_value: float | None = Field(None, gt=0, le=1)
     """If set, a new pattern must be more prevalent than in the run's first batch (one-sided Fisher
     p at most this): training amplifies a hack. None: no such check."""
+    length_adjusted: bool = False
+    """The effect test (`min_effect`, also in weak evidence) compares replies of equal length: the
+    within-group RM difference with and without a wording pattern net of what word count (all of
+    a rollout's replies) explains, a least-squares fit within groups. Wording that only comes with
+    longer replies is then not rewarded in itself; "longer than L words" keeps the plain test."""
+    explain_within: bool = False
+    """The explained-away check also looks among the replies the active penalty matches: a pattern
+    is explained away only when it shows no weak evidence on either side of the penalty (a
+    pattern the RM pays for in itself still does among replies that all show the penalty's)."""
 
 
 class ProposerConfig(_Section):

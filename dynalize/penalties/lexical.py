@@ -15,11 +15,9 @@ marks; its white space leaves out U+001C..U+001F, which `re` and `str.split` cou
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import anyio
 import regex
@@ -27,176 +25,59 @@ import regex
 from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
+from .evidence import Effect, fisher_p
 from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
+from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
 from .views import ProposerView, ViewSample
 
-WORD = regex.compile(r"\w+(?:'\w+)*")
-TOKEN = regex.compile(r"\S+")
-"""Whitespace-separated tokens, as the length pattern `(?:\\S+\\s+){L}` counts them."""
-# Word edges as WORD sees them: "s" is no word of "it's", so a penalty on "s" must not match there.
-WORD_START = r"(?<!\w)(?<!\w')"
-WORD_END = r"(?!\w)(?!'\w)"
-STOP_WORDS = frozenset("""
-a an the and or but if then so of to in on at by for with from as is are was were be been being am
-it its this that these those there here i you he she we they me him her us them my your his our their
-do does did not no yes can could will would should may might must have has had just very also than
-""".split())
-
-# Tie-break rank: openers and closers first (the shorter opener: a tic is usually its first word),
-# then longer n-grams (the same evidence, said more precisely).
-# Length comes last: on equal evidence a specific wording is the better (less blunt) penalty.
-_KIND_RANK = {"open1": 0, "open2": 1, "close?": 2, "closep": 2, "closeword": 3, "ngram3": 4, "ngram2": 5,
-              "ngram1": 6, "length": 7}
-
-
-@dataclass(frozen=True)
-class Feature:
-    """A surface pattern: what it is (`kind`, `key`), how to show it, and how to match it."""
-
-    kind: str
-    key: str
-    shown: str
-    regex: str
-
-    @property
-    def title(self) -> str:
-        if self.kind.startswith("open"):
-            return f'Replies open with "{self.shown}"'
-        if self.kind == "close?":
-            return "Replies end with a question"
-        if self.kind == "closep":
-            return f'Replies end with "{self.shown}"'
-        if self.kind == "closeword":
-            return f'Replies end with the word "{self.shown}"'
-        if self.kind == "length":
-            return f"Replies run longer than {self.shown} words"
-        noun = "word" if self.kind == "ngram1" else "phrase"
-        return f'Replies use the {noun} "{self.shown}"'
-
-
-_TRAILING = regex.compile(r"[\s\"')\]*_]+\Z")
-"""What may follow a reply's last mark: space, closing quotes and brackets, markdown emphasis."""
-
-
-def reply_features(text: str) -> dict[str, Feature]:
-    """The features present in `text`, by kind:key."""
-    feats: list[Feature] = []
-    words = [w.lower() for w in WORD.findall(text)]
-    for n in (1, 2, 3):
-        for i in range(len(words) - n + 1):
-            gram = words[i:i + n]
-            if all(w in STOP_WORDS for w in gram):
-                continue
-            body = r"\W+".join(regex.escape(w) for w in gram)
-            feats.append(Feature(f"ngram{n}", " ".join(gram), " ".join(gram), rf"(?i){WORD_START}{body}{WORD_END}"))
-    tokens = TOKEN.findall(text)
-    for n in (1, 2):
-        if len(tokens) >= n:
-            head = tokens[:n]
-            body = r"\s+".join(regex.escape(t) for t in head) + (WORD_END if regex.search(r"\w$", head[-1]) else "")
-            feats.append(Feature(f"open{n}", " ".join(head).lower(), " ".join(head), rf"(?i)\A\s*{body}"))
-    end = _TRAILING.sub("", text)
-    if end.endswith("?"):
-        feats.append(Feature("close?", "?", "?", r"\?[\s\"')\]*_]*\Z"))
-    else:  # other closing punctuation ("!", "...", "?!"); a lone "." is the ordinary end of a reply
-        punct = regex.search(r"[^\w\s\"')\]*_]+\Z", end)
-        if punct and punct.group() != ".":
-            mark = punct.group()
-            feats.append(Feature("closep", mark, mark, regex.escape(mark) + r"[\s\"')\]*_]*\Z"))
-    if words:
-        last = words[-1]
-        feats.append(Feature("closeword", last, last, rf"(?i){WORD_START}{regex.escape(last)}\W*\Z"))
-    return {f"{f.kind}:{f.key}": f for f in feats}
-
-
-def length_feature(words: int) -> Feature:
-    """The pattern "longer than `words` words": at least `words` + 1 whitespace-separated tokens."""
-    return Feature("length", f">{words}", str(words), rf"\A\s*(?:\S+\s+){{{words}}}\S")
-
-
-_LENGTH_REGEX = regex.compile(r"\\A\\s\*\(\?:\\S\+\\s\+\)\{(\d+)\}\\S")
-
-
-def length_limit(pattern: str | None) -> int | None:
-    """L if `pattern` is a length pattern made by `length_feature(L)`, else None."""
-    m = _LENGTH_REGEX.fullmatch(pattern or "")
-    return int(m.group(1)) if m else None
-
-
-def word_count(text: str) -> int:
-    """Whitespace-separated tokens, as the length regex counts them."""
-    return len(TOKEN.findall(text))
-
-
-def fisher_p(a: int, n_pos: int, b: int, n_neg: int) -> float:
-    """One-sided Fisher exact test: P(>= a of the a + b carriers fall among the n_pos positives)."""
-    carriers, total = a + b, n_pos + n_neg
-    tail = sum(math.comb(carriers, x) * math.comb(total - carriers, n_pos - x)
-               for x in range(a, min(carriers, n_pos) + 1))
-    return tail / math.comb(total, n_pos)
-
-
-class _Effect:
-    """A pattern's standardised effect on the RM score within the view's groups.
-
-    For each group with replies that show the pattern and replies that do not (all of them,
-    whatever their advantage sign): the difference of their mean RM scores; the mean of those
-    differences weighted by carriers, over the mean within-group std of RM scores. inf when no
-    group has both (no evidence against the pattern).
-    """
-
-    def __init__(self, view: ProposerView):
-        self.groups: dict[int, list[ViewSample]] = {}
-        for s in view.samples:
-            self.groups.setdefault(s.group, []).append(s)
-        spreads = [statistics.pstdev([s.score for s in g]) for g in self.groups.values() if len(g) > 1]
-        self.spread = statistics.fmean(spreads) if spreads else 0.0
-
-    def __call__(self, shows: Callable[[ViewSample], bool]) -> float:
-        diffs = []
-        for g in self.groups.values():
-            have = [s.score for s in g if shows(s)]
-            lack = [s.score for s in g if not shows(s)]
-            if have and lack:
-                diffs.append((statistics.fmean(have) - statistics.fmean(lack), len(have)))
-        if not diffs or self.spread <= 0:
-            return math.inf
-        return sum(d * n for d, n in diffs) / sum(n for _, n in diffs) / self.spread
-
-
-Spans = dict[str, list[tuple[int, int]]]
-"""Where a penalty's regex matches each sample of a view: sample id -> (start, end) of each match."""
+Spans = dict[str, list[list[tuple[int, int]]]]
+"""Where a penalty's regex matches each sample of a view: sample id -> for each of its replies
+(`ViewSample.parts`), the (start, end) of each match."""
 
 
 def penalty_matches(penalties: list[Penalty], samples: list[ViewSample],
                     result: ProposalResult) -> list[tuple[Penalty, Spans]]:
     """The penalties with a usable regex, with its matches in `samples`. A pattern past its time
     budget (saferegex) is left out and counted in `result.regex_timeouts`; a bad one is left out."""
+    texts = [t for s in samples for t in s.parts]
     out = []
     for pen in penalties:
         if not pen.regex:
             continue
         try:
-            spans = SafeRegex(pen.regex).spans_all([s.text for s in samples])
+            found = iter(SafeRegex(pen.regex).spans_all(texts))
         except UnsafeRegex:
             continue
         except RegexTimeout:
             result.regex_timeouts += 1
             continue
-        out.append((pen, {s.id: sp for s, sp in zip(samples, spans)}))
+        out.append((pen, {s.id: [next(found) for _ in s.parts] for s in samples}))
     return out
 
 
-def _overlap(a: regex.Pattern[str], spans: list[tuple[int, int]], text: str) -> bool:
-    return any(s < e2 and s2 < e for s, e in (m.span() for m in a.finditer(text)) for s2, e2 in spans)
+def _shows(spans: Spans, s: ViewSample) -> bool:
+    return any(spans[s.id])
+
+
+def _search(rx: regex.Pattern[str], s: ViewSample) -> bool:
+    return any(rx.search(t) is not None for t in s.parts)
+
+
+def _overlap(a: regex.Pattern[str], spans: list[list[tuple[int, int]]], parts: list[str]) -> bool:
+    return any(s < e2 and s2 < e for text, where in zip(parts, spans)
+               for s, e in (m.span() for m in a.finditer(text)) for s2, e2 in where)
 
 
 class LexicalProposer:
     """Contrasts positive- and negative-advantage replies of a view; proposes the strongest pattern."""
 
-    def __init__(self, cfg: LexicalConfig | None = None):
+    def __init__(self, cfg: LexicalConfig | None = None, accept: Callable[[Candidate], bool] | None = None):
         self.cfg = cfg or LexicalConfig()
         """The contrast thresholds (every field is documented in penalties.config.LexicalConfig)."""
+        self.accept = accept
+        """A last veto on each candidate that passed every test, in rank order (None: none). For
+        analysis only, e.g. a benchmark's oracle that blocks penalties matching no planted
+        feature to measure what false penalties cost; a training run never sets it."""
 
     @property
     def length_log_ratio(self) -> float:
@@ -221,9 +102,10 @@ class LexicalProposer:
         pos, neg = view.positives(), view.negatives()
         if len(pos) < self.cfg.min_groups or not neg:
             return None
-        feats_of = {s.id: reply_features(s.text) for s in view.samples}
-        words_of = {s.id: word_count(s.text) for s in view.samples}
-        effect = _Effect(view)
+        feats_of = {s.id: rollout_features(s.parts) for s in view.samples}
+        words_of = {s.id: longest_reply(s.parts) for s in view.samples}  # "longer than L": any reply
+        size_of = {s.id: sum(map(word_count, s.parts)) for s in view.samples}  # what length-adjusting holds fixed
+        effect = self._effect(view.samples, size_of)
         pos_feats = [feats_of[s.id] for s in pos]
         neg_counts = Counter(k for s in neg for k in feats_of[s.id])
         having: dict[str, list[ViewSample]] = {}
@@ -248,7 +130,7 @@ class LexicalProposer:
                 f = length_feature(n)
                 samples = [s for s, w in zip(pos, pos_words) if w > n]
                 passed = self._score(samples, sum(w > n for w in neg_words), len(pos), len(neg), f.kind,
-                                     lambda n=n: effect(lambda s: words_of[s.id] > n))
+                                     lambda n=n: effect(lambda s: words_of[s.id] > n, adjust=False))
                 if passed:
                     lengths.append((n, f, samples, passed))
             if lengths:
@@ -268,15 +150,23 @@ class LexicalProposer:
             if self._covered(f, having[k], active):
                 result.reject("covered")
                 continue
-            if self._explained(f, having[k], view, active):
+            if self._explained(f, having[k], view, active, size_of):
                 result.reject("explained")
                 continue
             if not self._rising(f, view):
                 result.reject("not_rising")
                 continue
+            c = self._candidate(f, having[k], p, q, len(pos), len(neg), key[2])
+            if self.accept is not None and not self.accept(c):
+                result.reject("vetoed")
+                continue
             result.reject("not_best", len(scored) - rank - 1)
-            return self._candidate(f, having[k], p, q, len(pos), len(neg), key[2])
+            return c
         return None
+
+    def _effect(self, samples: list[ViewSample], words: dict[str, int]) -> Effect:
+        """The RM-effect test over `samples`, length-adjusted when `length_adjusted` is on."""
+        return Effect(samples, words if self.cfg.length_adjusted else None)
 
     def _score(self, samples: list[ViewSample], n_neg_with: int, n_pos: int, n_neg: int, kind: str,
                effect: Callable[[], float]) -> tuple[tuple, float, float] | None:
@@ -293,19 +183,20 @@ class LexicalProposer:
                 and q <= self.cfg.max_neg_prevalence
                 and fisher_p(len(samples), n_pos, n_neg_with, n_neg) <= self.cfg.max_p_value
                 and (self.cfg.min_effect <= 0 or effect() >= self.cfg.min_effect)):
-            return (round(p - q, 9), round(lr, 9), groups, -_KIND_RANK[kind]), p, q
+            return (round(p - q, 9), round(lr, 9), groups, -KIND_RANK[kind]), p, q
         return None
 
-    def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample], effect: "_Effect",
+    def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
                  active: list[tuple[Penalty, Spans]], retired: list[tuple[Penalty, Spans]]) -> Candidate | None:
         """A retired regex penalty whose pattern is back among the positives, as a candidate."""
         for pen, spans in retired:
-            evidence = self._weak_evidence(pos, neg, effect, lambda s, spans=spans: bool(spans[s.id]))
+            is_length = length_limit(pen.regex) is not None
+            evidence = self._weak_evidence(pos, neg, effect, lambda s, spans=spans: _shows(spans, s),
+                                           adjust=not is_length)
             if evidence is None:
                 continue
             samples, p, q, groups = evidence
-            kind = "length" if length_limit(pen.regex) is not None else "ngram1"
-            f = Feature(kind, pen.id, pen.title, pen.regex)
+            f = Feature("length" if is_length else "ngram1", pen.id, pen.title, pen.regex)
             if self._covered(f, samples, active):
                 continue
             c = self._candidate(f, samples, p, q, len(pos), len(neg), groups)
@@ -314,8 +205,9 @@ class LexicalProposer:
             return c
         return None
 
-    def _weak_evidence(self, pos: list[ViewSample], neg: list[ViewSample], effect: "_Effect",
-                       shows: Callable[[ViewSample], bool]) -> tuple[list[ViewSample], float, float, int] | None:
+    def _weak_evidence(self, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
+                       shows: Callable[[ViewSample], bool],
+                       adjust: bool = True) -> tuple[list[ViewSample], float, float, int] | None:
         """(positives showing it, p, q, groups) if a pattern passes the weak-evidence test, else None."""
         if not pos or not neg:
             return None
@@ -325,24 +217,35 @@ class LexicalProposer:
         groups = len({s.group for s in samples})
         if (groups < self.cfg.min_groups or p <= q
                 or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.cfg.weak_p_value
-                or (self.cfg.min_effect > 0 and effect(shows) < self.cfg.min_effect)):
+                or (self.cfg.min_effect > 0 and effect(shows, adjust=adjust) < self.cfg.min_effect)):
             return None
         return samples, p, q, groups
 
+    def _weak_in(self, samples: list[ViewSample], shows: Callable[[ViewSample], bool], words: dict[str, int],
+                 adjust: bool) -> bool:
+        """Whether a pattern shows weak evidence among `samples` alone (a stratum of the view)."""
+        stratum = ProposerView(0, samples)
+        return self._weak_evidence(stratum.positives(), stratum.negatives(), self._effect(samples, words), shows,
+                                   adjust) is not None
+
     def _explained(self, f: Feature, samples: list[ViewSample], view: ProposerView,
-                   active: list[tuple[Penalty, Spans]]) -> bool:
-        """Whether an active penalty that travels with the pattern explains it away (module docstring)."""
+                   active: list[tuple[Penalty, Spans]], words: dict[str, int]) -> bool:
+        """Whether an active penalty that travels with the pattern explains it away: it matches at
+        least `coverage` of the pattern's positives, and `explain_lift` times more often than replies
+        at large, and holding it fixed (among the replies it matches, and among the rest) the
+        pattern no longer shows weak evidence."""
         if self.cfg.explain_lift <= 0:
             return False
         own = regex.compile(f.regex)
+        adjust = f.kind != "length"
         for _, spans in active:
-            share = sum(bool(spans[s.id]) for s in samples) / len(samples)
-            base = sum(bool(spans[s.id]) for s in view.samples) / len(view.samples)
+            share = sum(_shows(spans, s) for s in samples) / len(samples)
+            base = sum(_shows(spans, s) for s in view.samples) / len(view.samples)
             if share < max(self.cfg.coverage, self.cfg.explain_lift * base):
                 continue
-            rest = ProposerView(view.step, [s for s in view.samples if not spans[s.id]])
-            if self._weak_evidence(rest.positives(), rest.negatives(), _Effect(rest),
-                                   lambda s: own.search(s.text) is not None) is None:
+            strata = ([s for s in view.samples if not _shows(spans, s)],
+                      [s for s in view.samples if _shows(spans, s)] if self.cfg.explain_within else [])
+            if not any(self._weak_in(st, lambda s: _search(own, s), words, adjust) for st in strata):
                 return True
         return False
 
@@ -351,8 +254,8 @@ class LexicalProposer:
         if self.cfg.drift_p_value is None or not view.reference:
             return True
         rx = regex.compile(f.regex)
-        now = sum(rx.search(s.text) is not None for s in view.samples)
-        then = sum(rx.search(s.text) is not None for s in view.reference)
+        now = sum(_search(rx, s) for s in view.samples)
+        then = sum(_search(rx, s) for s in view.reference)
         return fisher_p(now, len(view.samples), then, len(view.reference)) <= self.cfg.drift_p_value
 
     def _covered(self, f: Feature, samples: list[ViewSample], active: list[tuple[Penalty, Spans]]) -> bool:
@@ -363,7 +266,7 @@ class LexicalProposer:
                 continue  # length and wording do not cover each other
             if f.kind == "length" or pen.regex == f.regex:
                 return True
-            hit = sum(_overlap(own, spans[s.id], s.text) for s in samples)
+            hit = sum(_overlap(own, spans[s.id], s.parts) for s in samples)
             if hit >= self.cfg.coverage * len(samples):
                 return True
         return False

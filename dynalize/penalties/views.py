@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..types import Batch, Penalty
 
@@ -30,6 +30,14 @@ class ViewSample:
     """The reward before penalties (the RM score when the RM is the only other term)."""
     sign: str
     """"+", "-" or "0": the sign of that score's advantage within its group."""
+    replies: list[str] = field(default_factory=list)
+    """The policy's replies one by one (multi-turn rollouts; `text` joins them). Empty: `text` is
+    the one reply."""
+
+    @property
+    def parts(self) -> list[str]:
+        """The replies the judge reads one by one: `replies`, or `[text]`."""
+        return self.replies or [self.text]
 
 
 @dataclass
@@ -84,8 +92,9 @@ def build_view(batch: Batch, scores: list[list[float]], advantages: list[list[fl
         group = batch.groups[gi]
         for i in rng.sample(range(len(group)), min(per_group, len(group))):
             sid = f"s{len(samples) + 1:0{width}d}"
+            replies = group[i].replies
             samples.append(ViewSample(sid, gi, group[i].text, float(scores[gi][i]),
-                                      advantage_sign(advantages[gi][i])))
+                                      advantage_sign(advantages[gi][i]), list(replies) if len(replies) > 1 else []))
     return ProposerView(step=step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain)
 
@@ -103,7 +112,7 @@ def pool_views(views: list[ProposerView], *, step: int | None = None, active: li
     for vi, v in enumerate(views if len(views) > 1 else []):
         for s in v.samples:
             g = group_of.setdefault((vi, s.group), len(group_of))
-            samples.append(ViewSample(f"s{len(samples) + 1:0{width}d}", g, s.text, s.score, s.sign))
+            samples.append(replace(s, id=f"s{len(samples) + 1:0{width}d}", group=g))
     last = views[-1].step if views else 0
     return ProposerView(step=last if step is None else step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain, reference=list(reference or []))

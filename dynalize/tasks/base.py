@@ -78,6 +78,7 @@ class Task(abc.ABC):
 
 BUILTIN_TASKS = {
     "sandbox": "dynalize.tasks.sandbox:SandboxTask",
+    "sandbox_multiturn": "dynalize.tasks.sandbox.multiturn:SandboxMultiturnTask",
     "creative_writing": "dynalize.tasks.creative_writing:CreativeWritingTask",
     "counseling": "dynalize.tasks.counseling:CounselingTask",
     "counseling_multiturn": "dynalize.tasks.counseling:CounselingMultiturnTask",
