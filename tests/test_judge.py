@@ -1,5 +1,6 @@
 """Judge: one call per text for all LLM penalties, parsing, failures, regex, cache, injection."""
 
+import dataclasses
 import json
 import re
 import time
@@ -103,6 +104,15 @@ def test_cache_by_text_and_version():
     assert len(chat.calls) == 3
     run(judge, ["same"], [P1], version=4, contexts=["another prompt"])
     assert len(chat.calls) == 4
+
+
+def test_the_same_version_with_other_penalty_ids_is_asked_again():
+    chat = ScriptedChatModel(lambda msgs: '{"new:p001": true}' if "new:p001" in msgs[-1].content else '{"p001": true}')
+    judge = Judge(chat)
+    [a] = run(judge, ["same"], [P1], version=0)
+    tagged = dataclasses.replace(P1, id="new:p001")
+    [b] = run(judge, ["same"], [tagged], version=0)  # e.g. report audit, then --compare's tagged ids
+    assert a.verdicts == {"p001": True} and b.verdicts == {"new:p001": True} and len(chat.calls) == 2
 
 
 def test_partial_answers_are_not_cached():

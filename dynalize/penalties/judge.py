@@ -211,7 +211,7 @@ class Judge:
     async def assess(self, texts: list[str], penalties: Sequence[Checkable], buffer_version: Hashable,
                      contexts: Sequence[str | None] | None = None) -> list[Judgement]:
         """Like `judge`, also saying which verdicts failed. `contexts[i]` is what text i replies to;
-        `buffer_version` names the set of checks in the cache key (for a rubric: a hash of it)."""
+        `buffer_version` names the set of checks in the cache key (for a rubric: a hash of it), beside their ids."""
         ctxs = list(contexts) if contexts is not None else [None] * len(texts)
         if len(ctxs) != len(texts):
             raise ValueError(f"{len(ctxs)} contexts for {len(texts)} texts")
@@ -306,7 +306,10 @@ class Judge:
                 j.failed.update(ids)
             self.stats.failures += len(ids) * len(out)
             return
-        keys = [(t, c, version) for t, c in zip(texts, ctxs)]
+        # the ids too: callers that pass one constant version (an audit, then its comparison
+        # under tagged ids) must not read each other's answers
+        checks = (version, tuple(ids))
+        keys = [(t, c, checks) for t, c in zip(texts, ctxs)]
         answers: dict[tuple[str, str | None, Hashable], Judgement] = {}
         todo = []
         for key in dict.fromkeys(keys):  # unique, in order
