@@ -43,21 +43,31 @@ class Effect:
         spreads = [statistics.pstdev([s.score for s in g]) for g in self.groups.values() if len(g) > 1]
         self.spread = statistics.fmean(spreads) if spreads else 0.0
         self.words = words
+        # what the fit needs of length and score does not depend on the pattern: once, not per candidate
+        self._centred: list[list[tuple[float, float]]] = []  # per group: (word count, RM score), centred
+        self._sww = self._swy = 0.0
+        if words is not None:
+            for g in self.groups.values():
+                ws = [float(words[s.id]) for s in g]
+                ys = [s.score for s in g]
+                mw, my = statistics.fmean(ws), statistics.fmean(ys)
+                self._centred.append([(w - mw, y - my) for w, y in zip(ws, ys)])
+                for w, y in self._centred[-1]:
+                    self._sww, self._swy = self._sww + w * w, self._swy + w * y
 
     def __call__(self, shows: Callable[[ViewSample], bool], adjust: bool = True) -> float:
         if self.spread <= 0:
             return math.inf
         if self.words is None or not adjust:
             return self._plain(shows)
-        sxx = sww = sxw = sxy = swy = 0.0
-        for g in self.groups.values():
+        sxx = sxw = sxy = 0.0
+        sww, swy = self._sww, self._swy
+        for g, centred in zip(self.groups.values(), self._centred):
             xs = [float(shows(s)) for s in g]
-            ws = [float(self.words[s.id]) for s in g]
-            ys = [s.score for s in g]
-            mx, mw, my = statistics.fmean(xs), statistics.fmean(ws), statistics.fmean(ys)
-            for x, w, y in zip(xs, ws, ys):
-                x, w, y = x - mx, w - mw, y - my
-                sxx, sww, sxw, sxy, swy = sxx + x * x, sww + w * w, sxw + x * w, sxy + x * y, swy + w * y
+            mx = statistics.fmean(xs)
+            for x, (w, y) in zip(xs, centred):
+                x -= mx
+                sxx, sxw, sxy = sxx + x * x, sxw + x * w, sxy + x * y
         if sxx <= 1e-12:
             return math.inf
         det = sxx * sww - sxw * sxw
