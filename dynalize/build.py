@@ -22,7 +22,7 @@ from .errors import ConfigError, one_line
 from .hooks import declares
 from .loop import Parts
 from .penalties.buffer import PenaltyBuffer
-from .penalties.config import PenaltiesConfig
+from .penalties.config import JudgeConfig, PenaltiesConfig
 from .penalties.judge import PENALTY_PROMPT, RUBRIC_PROMPT, Judge, RegexJudge
 from .penalties.lexical import LexicalProposer
 from .penalties.proposer import LLMProposer
@@ -161,10 +161,16 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
         proposer = LexicalProposer(p.lexical)
     judge: Judge = RegexJudge()
     if j.engine == "llm":
-        assert j.chat is not None
-        limit = min(j.chat.max_concurrency, j.max_concurrency)  # per request: none held through a backoff
-        judge = Judge(chat_factory(j.chat.model_copy(update={"max_concurrency": limit})), j, domain=domain)
+        judge = Judge(judge_chat(j, chat_factory), j, domain=domain)
     return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
+
+
+def judge_chat(j: JudgeConfig, chat_factory=build_chat_model) -> ChatModel:
+    """The LLM judge's chat model, at most `j.max_concurrency` requests in flight (a limit per
+    request, so none is held through a retry's backoff)."""
+    assert j.chat is not None
+    limit = min(j.chat.max_concurrency, j.max_concurrency)
+    return chat_factory(j.chat.model_copy(update={"max_concurrency": limit}))
 
 
 def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: bool = True,
@@ -174,7 +180,7 @@ def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: boo
     if not cache:
         cfg = cfg.model_copy(update={"cache_size": 0})
     predicate = import_object(cfg.predicate, "rubric judge predicate") if cfg.predicate else None
-    chat = chat_factory(cfg.chat) if cfg.engine == "llm" else None
+    chat = judge_chat(cfg, chat_factory) if cfg.engine == "llm" else None
     prompt = RUBRIC_PROMPT if cfg.prompt == "rubric" else PENALTY_PROMPT
     return Judge(chat, cfg, domain=domain, predicate=predicate, prompt=prompt)
 
