@@ -258,11 +258,12 @@ prompts, for which reward, in which batch shape. Anything else (steps, lr, endpo
 may change on resume."""
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict[str, Any], sep: str = ".", prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` → `{"a<sep>b": 1}`; an empty section adds no key (a missing key reads as None)."""
     out: dict[str, Any] = {}
     for k, v in tree.items():
-        if isinstance(v, dict):  # an empty section adds no key: a missing key reads as None
-            out.update(_flat(v, f"{prefix}{k}."))
+        if isinstance(v, dict):
+            out.update(flatten(v, sep, f"{prefix}{k}{sep}"))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -270,7 +271,7 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def resume_conflict(saved: RunConfig, new: RunConfig) -> str | None:
     """One line naming the first `RESUME_LOCKED` setting `new` changes from `saved`, or None."""
-    a, b = _flat(saved.model_dump(mode="json")), _flat(new.model_dump(mode="json"))
+    a, b = flatten(saved.model_dump(mode="json")), flatten(new.model_dump(mode="json"))
     for key in sorted(set(a) | set(b)):
         locked = any(key == k or key.startswith(k + ".") for k in RESUME_LOCKED)
         if locked and a.get(key) != b.get(key):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis.tables import markdown
-from .config import RunConfig
+from .config import RunConfig, flatten
 from .errors import ConfigError
 from .types import Rollout
 
@@ -39,17 +39,6 @@ def check_installed(report_to: list[str]) -> None:
         if importlib.util.find_spec(MODULES[name]) is None:
             raise ConfigError(f"config error: report_to: {name} needs the {MODULES[name]} package, which is not "
                               f"installed (pip install -e \".[trackers]\" installs every tracker)")
-
-
-def flatten(tree: dict[str, Any], sep: str, prefix: str = "") -> dict[str, Any]:
-    """`{"a": {"b": 1}}` → `{"a<sep>b": 1}`."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, sep, f"{prefix}{k}{sep}"))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def hyperparameters(cfg: RunConfig) -> dict[str, Any]:
