@@ -211,7 +211,7 @@ def build_rubric_term(cfg: RunConfig, task: Task, chat_factory=build_chat_model)
     """The rubric term: the training (proxy) judge, the gold judge if set, dropout and weights."""
     r = cfg.rubric
     check_rubrics(cfg, task)
-    if (r.dropout.f > 0 or r.dropout.tag_rates or r.dropout.id_rates) and not cfg.trainer.loss.std_normalize:
+    if r.dropout.active and not cfg.trainer.loss.std_normalize:
         log.warning("rubric dropout with mean-only advantages: each group's advantages scale with 1 / (its "
                     "kept positive weight); Proposition 1 (the normaliser cancels) needs "
                     "trainer.loss.std_normalize: true")

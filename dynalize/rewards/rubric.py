@@ -31,7 +31,7 @@ from ..penalties.judge import Judge, Judgement
 from ..penalties.prompting import transcript
 from ..rubrics.config import ReweightConfig, RubricConfig
 from ..rubrics.criteria import Criterion, benchmark_score, rubric_from_meta, rubric_score
-from ..rubrics.dropout import DropoutSpec, Mask, anneal_factor, full_mask, keep_mask
+from ..rubrics.dropout import DropoutSpec, Mask, anneal_factor, fraction_at, full_mask, keep_mask
 from ..rubrics.protocol import Graded, measure, met_rates
 from ..rubrics.reweight import Pow3rReweighter, PortReweighter, Reweighter
 from ..types import Batch, Rollout
@@ -85,7 +85,7 @@ class RubricTerm(RewardTerm):
         self.spec = DropoutSpec(f=d.f, min_keep=d.min_keep, protected_ids=frozenset(d.protected_ids),
                                 protected_tags=frozenset(d.protected_tags), tag_rates=dict(d.tag_rates),
                                 id_rates=dict(d.id_rates))
-        self.dropping = d.f > 0 or any(d.tag_rates.values()) or any(d.id_rates.values())
+        self.dropping = d.active
         self.anneal_steps = d.anneal_steps or steps
         self.judge, self.gold = judge, gold
         self.reweighter = make_reweighter(cfg.reweight)
@@ -154,7 +154,7 @@ class RubricTerm(RewardTerm):
                 full: list[float], shifts: list[float], asked: int, failed: int,
                 decided: list[tuple[list[Criterion], list[dict[str, bool]]]]) -> None:
         s = self._step
-        s["rubric/f"] = self.spec.f * anneal_factor(step, self.cfg.dropout.schedule, self.anneal_steps)
+        s["rubric/f"] = fraction_at(self.spec.f, step, self.cfg.dropout.schedule, self.anneal_steps)
         if masks:
             s["rubric/kept_frac"] = statistics.fmean(m.kept_fraction for m in masks)
             s["rubric/floor_binds"] = statistics.fmean(m.floor_binds for m in masks)

@@ -50,6 +50,11 @@ class DropoutConfig(_Section):
                 raise ValueError(f"{name} must be probabilities in [0, 1], got {bad}")
         return self
 
+    @property
+    def active(self) -> bool:
+        """Whether any criterion can be dropped (a rate of 0 drops nothing)."""
+        return self.f > 0 or any(self.tag_rates.values()) or any(self.id_rates.values())
+
 
 class ReweightConfig(_Section):
     """POW3R-style criterion weights for the training reward: the paper's port or the fuller form."""
