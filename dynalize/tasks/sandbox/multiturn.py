@@ -24,6 +24,7 @@ import statistics
 from pydantic import Field
 
 from ...types import Message, Prompt
+from ...types import exchanges as turn_exchanges  # the module's own `exchanges` adds topics
 from ..base import Split
 from .features import feature_prevalence
 from .gold import gold_score
@@ -67,7 +68,7 @@ def user_message(topic: Topic, reply: str, next_topic: Topic, turn: int) -> str:
 
 def exchanges(conversation: list[Message]) -> list[tuple[Topic | None, str]]:
     """(topic asked for, reply) for every policy reply of a conversation."""
-    return [(topic_of(conversation[:i]), m.content) for i, m in enumerate(conversation) if m.role == "assistant"]
+    return [(topic_of(before), reply) for before, reply in turn_exchanges([], conversation)]
 
 
 def play_user(plan: list[Topic], replies: list[str]) -> list[Message]:
@@ -117,12 +118,13 @@ class SandboxMultiturnTask(SandboxTask):
         if len(prompts) != len(conversations):
             raise ValueError(f"{len(prompts)} prompts but {len(conversations)} conversations")
         pairs = [exchanges(c) for c in conversations]
-        golds = [statistics.fmean(gold_score(t, r) for t, r in conv) if conv else 0.0 for conv in pairs]
+        per_reply = [[gold_score(t, r) for t, r in conv] for conv in pairs]
+        golds = [statistics.fmean(g) if g else 0.0 for g in per_reply]
         every = [r for conv in pairs for _, r in conv]
         metrics = {
             "gold": statistics.fmean(golds) if golds else 0.0,
             "gold_std": statistics.pstdev(golds) if golds else 0.0,
-            "gold_last": statistics.fmean(gold_score(*conv[-1]) for conv in pairs if conv) if every else 0.0,
+            "gold_last": statistics.fmean(g[-1] for g in per_reply if g) if every else 0.0,
             "words": statistics.fmean(len(words_of(r)) for r in every) if every else 0.0,
             "turns": statistics.fmean(len(conv) for conv in pairs) if pairs else 0.0,
         }
