@@ -15,7 +15,7 @@ from typing import Any
 from ..penalties.judge import Judge
 from ..penalties.prompting import transcript
 from ..runlog import read_jsonl
-from ..types import Penalty, as_messages, exchanges
+from ..types import Message, Penalty, as_messages, exchanges
 from .runs import ReportError, Run
 
 
@@ -37,16 +37,21 @@ class AuditResult:
         return dict(self.__dict__)
 
 
+def row_exchanges(row: dict[str, Any]) -> list[tuple[list[Message], str]]:
+    """Each policy reply of one rollout line with the conversation before it (`types.exchanges`);
+    a line without `turns` holds single-turn `replies`."""
+    prompt = as_messages(row.get("prompt") or [])
+    turns = as_messages(row.get("turns") or [{"role": "assistant", "content": r} for r in row.get("replies") or []])
+    return exchanges(prompt, turns)
+
+
 def replies_of(rows: list[dict[str, Any]]) -> tuple[list[str], list[str | None]]:
     """Every policy reply of the rollout lines, with the conversation up to it as context (as the
     judge saw it in training)."""
     texts: list[str] = []
     contexts: list[str | None] = []
     for row in rows:
-        prompt = as_messages(row.get("prompt") or [])
-        turns = as_messages(row.get("turns") or [{"role": "assistant", "content": r}
-                                                 for r in row.get("replies") or []])
-        for conversation, reply in exchanges(prompt, turns):
+        for conversation, reply in row_exchanges(row):
             texts.append(reply)
             contexts.append(transcript(conversation))
     return texts, contexts

@@ -29,14 +29,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..analysis.audit import live_copy
+from ..analysis.audit import live_copy, row_exchanges
 from ..analysis.penalties import penalty_history
 from ..analysis.runs import ReportError, Run
 from ..errors import ConfigError
 from ..penalties.judge import Judge
 from ..penalties.prompting import transcript
 from ..runlog import read_jsonl
-from ..types import Message, Penalty, as_messages, exchanges
+from ..types import Message, Penalty
 from .config import PairsConfig
 from .pairfile import Pair
 
@@ -119,9 +119,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def replies_of_row(row: dict[str, Any], step: int) -> list[Reply]:
     """Every policy reply of one rollout line, with its RM score and its recorded verdict status."""
-    prompt = as_messages(row.get("prompt") or [])
-    turns = as_messages(row.get("turns") or [{"role": "assistant", "content": r} for r in row.get("replies") or []])
-    pairs = exchanges(prompt, turns)
+    pairs = row_exchanges(row)
     rm = row.get("rm_scores")
     if not (isinstance(rm, list) and len(rm) == len(pairs)):
         total = (row.get("scores") or {}).get("rm", row.get("rm_score"))
