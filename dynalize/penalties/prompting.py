@@ -10,10 +10,12 @@ import secrets
 from functools import cache
 from importlib import resources
 from string import Template
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeVar
 
 if TYPE_CHECKING:
-    from ..types import Message, Penalty
+    from ..types import Message, Penalty, Rollout
+
+Owner = TypeVar("Owner")
 
 
 @cache
@@ -63,3 +65,18 @@ def transcript(conversation: Sequence["Message"]) -> str | None:
     system messages left out; None when nothing is left."""
     shown = [f"[{m.role}]\n{m.content}" for m in conversation if m.role != "system"]
     return "\n\n".join(shown) or None
+
+
+def judge_inputs(owned: Iterable[tuple[Owner, "Rollout"]], context: bool
+                 ) -> tuple[list[str], list[str | None], list[Owner]]:
+    """Every policy reply of the rollouts, each with what it answers (its transcript when `context`,
+    else None) and the owner given with its rollout: what a judge assesses for a batch."""
+    texts: list[str] = []
+    contexts: list[str | None] = []
+    owners: list[Owner] = []
+    for owner, r in owned:
+        for conversation, reply in r.exchanges():
+            texts.append(reply)
+            contexts.append(transcript(conversation) if context else None)
+            owners.append(owner)
+    return texts, contexts, owners

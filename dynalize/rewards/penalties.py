@@ -35,7 +35,7 @@ from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
 from ..penalties.judge import Judge
-from ..penalties.prompting import transcript
+from ..penalties.prompting import judge_inputs
 from ..penalties.views import ProposerView, ViewSample, build_view, pool_views
 from ..types import Batch
 from .base import RewardTerm, TermScores
@@ -84,13 +84,7 @@ class PenaltyTerm(RewardTerm):
         self._apply_pending(batch.step)
         rollouts = batch.rollouts
         active = self.buffer.active()
-        texts, contexts, owner = [], [], []
-        if active:
-            for i, r in enumerate(rollouts):
-                for conversation, reply in r.exchanges():  # each reply with what it answers
-                    texts.append(reply)
-                    contexts.append(transcript(conversation) if self.cfg.judge.context else None)
-                    owner.append(i)
+        texts, contexts, owner = judge_inputs(enumerate(rollouts) if active else [], self.cfg.judge.context)
         judgements = await self.judge.assess(texts, active, self.buffer.version, contexts) if texts else []
         verdicts: list[dict[str, bool]] = [dict.fromkeys((p.id for p in active), False) for _ in rollouts]
         failed: list[set[str]] = [set() for _ in rollouts]

@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 
 from ..penalties.judge import Judge, Judgement
-from ..penalties.prompting import transcript
+from ..penalties.prompting import judge_inputs
 from ..rubrics.config import ReweightConfig, RubricConfig
 from ..rubrics.criteria import Criterion, benchmark_score, rubric_from_meta, rubric_score
 from ..rubrics.dropout import DropoutSpec, Mask, anneal_factor, fraction_at, full_mask, keep_mask
@@ -256,13 +256,8 @@ class RubricTerm(RewardTerm):
     # --- internals ------------------------------------------------------------------------------
 
     def _request(self, criteria: list[Criterion], rollouts: list[tuple[int, int, Rollout]]) -> _Request:
-        req = _Request(criteria)
-        for gi, i, r in rollouts:
-            for conversation, reply in r.exchanges():
-                req.texts.append(reply)
-                req.contexts.append(transcript(conversation) if self.cfg.judge.context else None)
-                req.owners.append((gi, i))
-        return req
+        texts, contexts, owners = judge_inputs((((gi, i), r) for gi, i, r in rollouts), self.cfg.judge.context)
+        return _Request(criteria, texts, contexts, owners)
 
     async def _assess(self, judge: Judge, requests: list[_Request]) -> list[list[Judgement]]:
         """One `assess` per request, all at once (the judge bounds calls in flight)."""
