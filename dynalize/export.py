@@ -48,11 +48,14 @@ def find_checkpoint(run: Path, step: int | None = None) -> Path:
     raise ConfigError(f"{run} has no intact checkpoint to export")
 
 
-def export_policy(run: str | Path, out: str | Path, step: int | None = None, overwrite: bool = False) -> Path:
+def export_policy(run: str | Path, out: str | Path, step: int | None = None, overwrite: bool = False,
+                  checkpoint: Path | None = None) -> Path:
     """Copy the policy of `run`'s checkpoint (`find_checkpoint`) to `out`; returns `out`. An `out`
-    that holds files is refused unless `overwrite` (then it is replaced once the copy is whole)."""
+    that holds files is refused unless `overwrite` (then it is replaced once the copy is whole).
+    `checkpoint`: one this process has just written, taken as it is (`find_checkpoint` would hash
+    every file of it, optimizer state included, a second time)."""
     run, out = Path(run), Path(out)
-    source = find_checkpoint(run, step) / "policy"
+    source = (checkpoint or find_checkpoint(run, step)) / "policy"
     if not (source / "config.json").is_file():
         raise ConfigError(f"{source} holds no model (no config.json)")
     if out.exists() and any(out.iterdir()) and not overwrite:

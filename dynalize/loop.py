@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -131,6 +132,7 @@ class Orchestrator:
         self._restored: dict[int, list[list[Rollout]]] = {}  # batches generated ahead, from a checkpoint
         self._generator_version: int | None = None  # set on resume: the version to push before step one
         self.worker: GenerationWorker | None = None
+        self.last_checkpoint: Path | None = None  # written by this process (its manifest hashed as it was)
         self.trackers = Trackers(cfg)  # report_to: TensorBoard, W&B, Trackio, MLflow
 
     # --- resumable state --------------------------------------------------------------------------
@@ -363,6 +365,7 @@ class Orchestrator:
             await fut.wait()
         path = self.p.run.checkpoint_path(self.next_step)
         save_checkpoint(path, self.p.learner, self.state_dict())
+        self.last_checkpoint = path
         log.info("checkpoint", step=self.next_step, path=str(path))
 
 

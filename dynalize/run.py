@@ -190,7 +190,8 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     if cfg.export_final:
         from .export import export_policy
 
-        log.info("exported the final policy", path=str(export_policy(run_dir, run_dir / "final", overwrite=True)))
+        final = export_policy(run_dir, run_dir / "final", overwrite=True, checkpoint=orchestrator.last_checkpoint)
+        log.info("exported the final policy", path=str(final))
     return history
 
 

@@ -57,6 +57,18 @@ def test_export_final_false_writes_no_final_directory(toy_overrides, tmp_path):
     assert not (tmp_path / "default" / "final").exists()
 
 
+
+def test_the_final_export_does_not_hash_the_checkpoint_it_just_wrote_again(toy_overrides, tmp_path, monkeypatch):
+    import dynalize.export
+
+    verified = []
+    monkeypatch.setattr(dynalize.export, "damage", lambda folder: verified.append(folder))
+    assert run_main([*toy_overrides, "steps=1"]) == 0
+    run = tmp_path / "default"
+    assert verified == []  # save_checkpoint hashed every file into its manifest moments ago
+    for name, tensor in weights(run / "checkpoints/step_000001/policy").items():
+        assert torch.equal(weights(run / "final")[name], tensor)
+
 def test_a_bf16_policy_trained_on_float32_master_weights_is_exported_in_bf16(toy_overrides, tmp_path):
     from transformers import AutoModelForCausalLM
 
