@@ -154,7 +154,7 @@ def make_term(arm: Arm, domain: str, seed: int, latency: float):
     from dynalize.backends.chat import ScriptedChatModel
     from dynalize.build import build_penalty_term
     from dynalize.penalties.config import JudgeConfig, PenaltiesConfig
-    from dynalize.penalties.judge import Judge, RegexJudge
+    from dynalize.judge.judge import Judge, RegexJudge
     from dynalize.rewards import PenaltyTerm
 
     cfg = PenaltiesConfig(enabled=True, every=1)

@@ -28,7 +28,7 @@ import anyio  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from dynalize.penalties.judge import RegexJudge  # noqa: E402
+from dynalize.judge.judge import RegexJudge  # noqa: E402
 from dynalize.types import Penalty  # noqa: E402
 
 CASES = [  # pattern, reply, run it under `re` too

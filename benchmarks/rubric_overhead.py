@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from dynalize.backends.chat import ScriptedChatModel  # noqa: E402
 from dynalize.build import build_criteria_judge  # noqa: E402
-from dynalize.penalties.judge import RUBRIC_PROMPT, Judge  # noqa: E402
+from dynalize.judge.judge import RUBRIC_PROMPT, Judge  # noqa: E402
 from dynalize.rewards.rubric import RubricTerm  # noqa: E402
 from dynalize.rubrics.config import RubricConfig, RubricJudgeConfig  # noqa: E402
 from dynalize.rubrics.criteria import Criterion  # noqa: E402

@@ -23,7 +23,7 @@ from .hooks import declares
 from .loop import Parts
 from .penalties.buffer import PenaltyBuffer
 from .penalties.config import JudgeConfig, PenaltiesConfig
-from .penalties.judge import PENALTY_PROMPT, RUBRIC_PROMPT, Judge, RegexJudge
+from .judge.judge import PENALTY_PROMPT, RUBRIC_PROMPT, Judge, RegexJudge
 from .penalties.lexical import LexicalProposer
 from .penalties.proposer import LLMProposer
 from .plugins import import_object

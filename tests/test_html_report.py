@@ -16,7 +16,7 @@ from toytask import DOUBLE_VOWEL, penalty_overrides
 
 from dynalize.analysis.html import chosen_steps, highlight, render_page, rollout_view
 from dynalize.analysis.runs import Run
-from dynalize.penalties.saferegex import SafeRegex
+from dynalize.judge.saferegex import SafeRegex
 from dynalize.report import main as report_main
 from dynalize.run import main as run_main
 

@@ -10,9 +10,9 @@ import pytest
 
 from dynalize.backends.chat import LimitedChatModel, ScriptedChatModel
 from dynalize.build import build_criteria_judge, build_penalty_term
-from dynalize.penalties import prompting
+from dynalize.judge import prompting
 from dynalize.penalties.config import JudgeConfig, PenaltiesConfig
-from dynalize.penalties.judge import Judge, RegexJudge
+from dynalize.judge.judge import Judge, RegexJudge
 from dynalize.rubrics.config import RubricJudgeConfig
 from dynalize.types import Penalty
 
@@ -299,7 +299,7 @@ def test_a_predicate_decides_checks_without_a_regex_and_no_llm_is_called():
 
 
 def test_the_rubric_prompt_asks_by_position_and_maps_answers_back_to_criterion_ids():
-    from dynalize.penalties.judge import RUBRIC_PROMPT
+    from dynalize.judge.judge import RUBRIC_PROMPT
     from dynalize.rubrics.criteria import Criterion
 
     crit = [Criterion("hb-001#1", "Mentions rest", 5), Criterion("hb-001#2", "Recommends aspirin", -5)]

@@ -118,8 +118,9 @@ def test_the_cycle_check_finds_a_cycle():
 def test_settings_modules_import_only_settings():
     graph = import_graph()
     settings = {"dynalize.config", "dynalize.penalties.config", "dynalize.backends.config", "dynalize.errors",
+                "dynalize.judge.config",
                 "dynalize.rubrics.config", "dynalize.rm.config"}
-    light_packages = {"dynalize", "dynalize.penalties", "dynalize.backends", "dynalize.rubrics",
+    light_packages = {"dynalize", "dynalize.penalties", "dynalize.backends", "dynalize.rubrics", "dynalize.judge",
                       "dynalize.rm"}  # their __init__ imports nothing
     for m in settings:
         assert reaches(graph, m) <= settings | light_packages, f"{m} loads runtime code"
@@ -136,7 +137,8 @@ def test_engines_know_nothing_of_dynalize_and_pure_logic_imports_no_engine():
             assert not bad, f"engine {m} imports {sorted(bad)}"
     for pure in ("dynalize.types", "dynalize.grpo", "dynalize.penalties.buffer", "dynalize.penalties.views",
                  "dynalize.penalties.lexical", "dynalize.penalties.candidate", "dynalize.rubrics.criteria",
-                 "dynalize.rubrics.dropout", "dynalize.rubrics.reweight", "dynalize.rubrics.protocol"):
+                 "dynalize.rubrics.dropout", "dynalize.rubrics.reweight", "dynalize.rubrics.protocol",
+                 "dynalize.judge.saferegex", "dynalize.judge.prompting"):
         engines = {d for d in reaches(graph, pure) if d.startswith("dynalize.backends.") and d not in
                    {"dynalize.backends.base", "dynalize.backends.config"}}
         assert not engines, f"{pure} reaches engine modules {sorted(engines)}"

@@ -12,7 +12,7 @@ from dynalize.build import build_penalty_term
 from dynalize.penalties.buffer import PenaltyBuffer
 from dynalize.penalties.candidate import Candidate, ProposalResult
 from dynalize.penalties.config import JudgeConfig, PenaltiesConfig
-from dynalize.penalties.judge import Judge, RegexJudge
+from dynalize.judge.judge import Judge, RegexJudge
 from dynalize.penalties.lexical import LexicalProposer
 from dynalize.rewards import PenaltyTerm, RewardTerm, TermScores, score_batch
 from dynalize.types import Batch, Message, Rollout

@@ -20,7 +20,7 @@ from dynalize.analysis.runs import (
     parse_metric,
 )
 from dynalize.analysis.tables import axis_table, judges_table, table1
-from dynalize.penalties.judge import Judge, RegexJudge
+from dynalize.judge.judge import Judge, RegexJudge
 from dynalize.report import main as report_main
 
 

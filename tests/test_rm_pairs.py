@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from dynalize.penalties.judge import RegexJudge
+from dynalize.judge.judge import RegexJudge
 from dynalize.rm.__main__ import main as rm_main
 from dynalize.rm.config import PairsConfig
 from dynalize.rm.pairfile import read_pairs
@@ -219,7 +219,7 @@ def test_counts_are_printed(tmp_path, capsys):
 
 def test_rejudging_with_an_llm_judge_skips_the_replies_it_fails_on(tmp_path):
     from dynalize.backends.chat import ScriptedChatModel
-    from dynalize.penalties.judge import Judge
+    from dynalize.judge.judge import Judge
     from dynalize.rm.pairs import pairs_from_run
 
     def llm(messages):

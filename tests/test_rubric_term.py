@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from dynalize.backends.chat import ScriptedChatModel
-from dynalize.penalties.judge import RUBRIC_PROMPT, Judge
+from dynalize.judge.judge import RUBRIC_PROMPT, Judge
 from dynalize.rewards import RubricTerm, score_batch
 from dynalize.rewards.rubric import rubric_key
 from dynalize.rubrics.config import RubricConfig, RubricJudgeConfig

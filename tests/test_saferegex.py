@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from dynalize.penalties.saferegex import MAX_PATTERN_CHARS, RegexTimeout, SafeRegex, UnsafeRegex, regex_error
+from dynalize.judge.saferegex import MAX_PATTERN_CHARS, RegexTimeout, SafeRegex, UnsafeRegex, regex_error
 
 # `regex` backtracks on these (overlapping alternatives); each step down the string doubles the work
 EXPONENTIAL = r"(a|aa)+$"

@@ -34,7 +34,7 @@ SHARED_LANGUAGE = {"grammar", "topics"}
 LANGUAGE_USERS = [PACKAGE / "tasks" / "rubric_world"]
 
 # Modules that must not import anything from the sandbox, not even indirectly.
-BLIND = ["dynalize.loop", "dynalize.penalties", "dynalize.penalties.lexical", "dynalize.penalties.judge",
+BLIND = ["dynalize.loop", "dynalize.penalties", "dynalize.penalties.lexical", "dynalize.judge.judge",
          "dynalize.rewards", "dynalize.rewards.penalties", "dynalize.rewards.rm", "dynalize.penalties.buffer", "dynalize.penalties.proposer",
          "dynalize.penalties.views", "dynalize.penalties.config", "dynalize.grpo", "dynalize.rollouts"]
 

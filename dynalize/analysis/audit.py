@@ -1,7 +1,7 @@
 """Penalty audit: apply the penalties one run discovered to another run's replies.
 
 The same judge as in training decides: penalties with a regex are matched locally; the others go
-to an LLM judge (`dynalize.penalties.judge.Judge`, one call per reply covering all of them) when
+to an LLM judge (`dynalize.judge.judge.Judge`, one call per reply covering all of them) when
 one is given, and are otherwise reported as undecided. The result: the share of replies that
 trigger at least one penalty, the mean number triggered per reply, and each penalty's rate.
 """
@@ -12,8 +12,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..penalties.judge import Judge
-from ..penalties.prompting import transcript
+from ..judge.judge import Judge
+from ..judge.prompting import transcript
 from ..runlog import read_jsonl
 from ..types import Message, Penalty, as_messages, exchanges
 from .runs import ReportError, Run
@@ -95,8 +95,8 @@ def judge_from_spec(spec: str | None, concurrency: int = 16, time_budget_s: floa
     """The judge of an audit: regex penalties locally, the others by the LLM `spec` names (a
     chat-model spec: JSON or a YAML/JSON file, `--judge`); without one they stay undecided.
     `time_budget_s` bounds each `assess` call (None: every call waits out its retries)."""
-    from ..penalties.config import JudgeConfig
-    from ..penalties.judge import RegexJudge
+    from ..judge.config import JudgeConfig
+    from ..judge.judge import RegexJudge
 
     if not spec:
         return RegexJudge()

@@ -28,7 +28,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from ..penalties.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
+from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from ..runlog import read_jsonl
 from ..types import Penalty
 from .penalties import PenaltyHistory, penalty_history

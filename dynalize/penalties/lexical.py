@@ -26,7 +26,7 @@ from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
 from .evidence import Effect, fisher_p
-from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
+from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
 from .views import ProposerView, ViewSample
 

@@ -42,8 +42,8 @@ from ..backends.chat import chat_json
 from ..types import Message, Penalty
 from .candidate import Candidate, ProposalResult, normalize_title
 from .config import ProposerConfig
-from .prompting import fence, new_nonce, penalty_list, render
-from .saferegex import RegexTimeout, SafeRegex, regex_error
+from ..judge.prompting import fence, new_nonce, penalty_list, render_template
+from ..judge.saferegex import RegexTimeout, SafeRegex, regex_error
 from .views import ProposerView
 
 log = structlog.get_logger("dynalize.penalties.proposer")
@@ -194,8 +194,8 @@ class LLMProposer:
             cut = " (cut)" if len(s.text) > self.cfg.max_chars else ""
             blocks.append(f"[{s.id}] group {s.group} | RM score {s.score:.3f} | advantage {s.sign}{cut}\n"
                           + fence("sample", text, nonce))
-        system = render("proposer_system", domain=view.domain or "(not described)")
-        user = render("proposer_user", n_samples=len(view.samples), max_candidates=self.cfg.max_candidates,
+        system = render_template("dynalize.penalties", "proposer_system", domain=view.domain or "(not described)")
+        user = render_template("dynalize.penalties", "proposer_user", n_samples=len(view.samples), max_candidates=self.cfg.max_candidates,
                       penalties=penalty_list(view.active, regex=True), samples="\n\n".join(blocks))
         return [Message("system", system), Message("user", user)]
 
@@ -275,8 +275,8 @@ class LLMProposer:
             return kept
         listing = "\n".join(penalty_list([Penalty(f"c{i + 1}", c.title, c.description, regex=c.regex)],
                                          regex=True) for i, c in enumerate(kept))
-        msgs = [Message("system", render("dedup_system")),
-                Message("user", render("dedup_user", penalties=penalty_list(known, regex=True),
+        msgs = [Message("system", render_template("dynalize.penalties", "dedup_system")),
+                Message("user", render_template("dynalize.penalties", "dedup_user", penalties=penalty_list(known, regex=True),
                                        candidates=listing))]
         raw = await chat_json(self.dedup_chat, msgs, DEDUP_SCHEMA, retries=self.cfg.retries)
         active = {p.id for p in view.active}

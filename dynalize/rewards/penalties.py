@@ -34,8 +34,8 @@ from .. import grpo
 from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
-from ..penalties.judge import Judge
-from ..penalties.prompting import judge_inputs
+from ..judge.judge import Judge
+from ..judge.prompting import judge_inputs
 from ..penalties.views import ProposerView, ViewSample, build_view, pool_views
 from ..types import Batch
 from .base import RewardTerm, TermScores

@@ -27,8 +27,8 @@ from typing import Any
 
 import anyio
 
-from ..penalties.judge import Judge, Judgement
-from ..penalties.prompting import judge_inputs
+from ..judge.judge import Judge, Judgement
+from ..judge.prompting import judge_inputs
 from ..rubrics.config import ReweightConfig, RubricConfig
 from ..rubrics.criteria import Criterion, benchmark_score, rubric_from_meta, rubric_score
 from ..rubrics.dropout import DropoutSpec, Mask, anneal_factor, fraction_at, full_mask, keep_mask

@@ -33,8 +33,8 @@ from ..analysis.audit import live_copy, row_exchanges
 from ..analysis.penalties import penalty_history
 from ..analysis.runs import ReportError, Run
 from ..errors import ConfigError
-from ..penalties.judge import Judge
-from ..penalties.prompting import transcript
+from ..judge.judge import Judge
+from ..judge.prompting import transcript
 from ..runlog import read_jsonl
 from ..types import Message, Penalty
 from .config import PairsConfig
@@ -248,7 +248,7 @@ async def pairs_from_run(cfg: PairsConfig, judge: Judge | None = None, bar: Any 
     """Read the run, decide every reply's verdicts (recorded, or judged again), apply the pair rule.
     `judge` decides penalties without a regex when re-judging (regexes are matched locally);
     `bar` is a rich Progress. Errors are one line (ReportError / ConfigError)."""
-    from ..penalties.judge import RegexJudge
+    from ..judge.judge import RegexJudge
 
     run = Run(cfg.run)
     penalties = run_penalties(run)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..penalties.config import JudgeConfig
+from ..judge.config import JudgeConfig
 
 
 class _Section(BaseModel):

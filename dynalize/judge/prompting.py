@@ -1,4 +1,4 @@
-"""Our prompt templates (package data) and how untrusted text is embedded in them.
+"""Prompt templates (package data) and how untrusted text is embedded in them.
 
 Rollout texts are data, never instructions: `fence` wraps them in tags that carry a random
 per-call nonce the text cannot contain, so a reply cannot close its own block.
@@ -19,15 +19,20 @@ Owner = TypeVar("Owner")
 
 
 @cache
-def load_template(name: str) -> Template:
-    """The template `prompts/<name>.txt` (slots written `$slot`)."""
-    text = resources.files("dynalize.penalties").joinpath("prompts", f"{name}.txt").read_text("utf-8")
+def load_template(package: str, name: str) -> Template:
+    """The template `prompts/<name>.txt` of `package` (slots written `$slot`)."""
+    text = resources.files(package).joinpath("prompts", f"{name}.txt").read_text("utf-8")
     return Template(text)
 
 
-def render(name: str, **slots: object) -> str:
-    """Template `name` with every slot filled (a missing slot raises KeyError)."""
-    return load_template(name).substitute({k: str(v) for k, v in slots.items()}).strip()
+def render_template(package: str, name: str, /, **slots: object) -> str:
+    """Template `name` of `package` with every slot filled (a missing slot raises KeyError)."""
+    return load_template(package, name).substitute({k: str(v) for k, v in slots.items()}).strip()
+
+
+def render(name: str, /, **slots: object) -> str:
+    """The judge's template `name` (dynalize/judge/prompts/) with every slot filled."""
+    return render_template("dynalize.judge", name, **slots)
 
 
 def new_nonce(*texts: str) -> str:

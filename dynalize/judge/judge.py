@@ -21,37 +21,25 @@ buffer version, or for a rubric a hash of its criteria).
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field, fields
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import anyio
 import structlog
 
 from ..backends.base import ChatModel
-from ..backends.chat import ChatJSONError, chat_json, parse_json
+from ..backends.chat import ChatJSONError, chat_json
 from ..errors import describe
 from ..types import Message
 from .config import JudgeConfig
 from .prompting import criteria_list, fence, new_nonce, penalty_list, render
 from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
+from .stats import FailureWindow, JudgeStats
+from .verdicts import Checkable, Judgement, Predicate, parse_verdicts, salvage, verdict_problem, verdict_schema
 
-log = structlog.get_logger("dynalize.penalties.judge")
-
-_TRUE = {"true", "yes", "y", "1", "triggered"}
-_FALSE = {"false", "no", "n", "0", "not triggered"}
-
-
-class Checkable(Protocol):
-    """What a judge checks: a penalty or a rubric criterion (an id, maybe a regex)."""
-
-    id: str
-    regex: str | None
-
-
-Predicate = Callable[[str, Any, str | None], bool]
-"""A local decider: (reply, check, conversation transcript or None) -> met / triggered."""
+log = structlog.get_logger("dynalize.judge")
 
 
 @dataclass(frozen=True)
@@ -70,112 +58,6 @@ class JudgePrompt:
 
 PENALTY_PROMPT = JudgePrompt("judge_system", "judge_user", lambda items, keys: penalty_list(items), "penalties")
 RUBRIC_PROMPT = JudgePrompt("rubric_judge_system", "rubric_judge_user", criteria_list, "rubric", positional=True)
-
-
-@dataclass
-class JudgeStats:
-    """Counters since the last reset: LLM calls, failed calls, calls cut by the time budget,
-    missing verdicts, cache hits, regex verdicts, regexes that ran past their time budget, latency."""
-
-    calls: int = 0
-    failed_calls: int = 0
-    timed_out: int = 0
-    failures: int = 0
-    cache_hits: int = 0
-    lexical: int = 0
-    predicate: int = 0
-    regex_timeouts: int = 0
-    latency_sum: float = 0.0
-    latency_max: float = 0.0
-
-    def metrics(self, prefix: str = "judge/") -> dict[str, float]:
-        out = {f"{prefix}{f.name}": float(getattr(self, f.name))
-               for f in fields(self) if f.name != "latency_sum"}
-        out[f"{prefix}latency_mean"] = self.latency_sum / self.calls if self.calls else 0.0
-        return out
-
-    def reset(self) -> None:
-        for f in fields(self):
-            setattr(self, f.name, type(getattr(self, f.name))())
-
-
-class FailureWindow:
-    """Verdicts asked and failed over the last `window` judged steps (steps that asked any), and
-    the reason to stop a run whose judge fails more than `max_rate` of them."""
-
-    def __init__(self, max_rate: float | None, window: int):
-        self.max_rate = max_rate
-        self.steps: deque[tuple[int, int]] = deque(maxlen=window)  # (failed, asked)
-
-    def add(self, failed: int, asked: int) -> None:
-        if asked:
-            self.steps.append((failed, asked))
-
-    def stop_reason(self, setting: str, last_error: str | None) -> str | None:
-        """One line when the window is full and too many failed (`setting` names the knob), else None."""
-        if self.max_rate is None or len(self.steps) < (self.steps.maxlen or 0):
-            return None
-        failed, asked = (sum(x) for x in zip(*self.steps))
-        if failed <= self.max_rate * asked:
-            return None
-        return (f"the judge failed {failed} of {asked} verdicts ({failed / asked:.0%}) over the last "
-                f"{len(self.steps)} judged steps, more than {setting}={self.max_rate}; "
-                f"last error: {last_error or 'none recorded'}")
-
-
-@dataclass
-class Judgement:
-    """Verdicts for one text (every penalty id present) and the ids the judge failed to decide."""
-
-    verdicts: dict[str, bool]
-    failed: set[str] = field(default_factory=set)
-
-
-def as_bool(value: Any) -> bool | None:
-    """A verdict from a JSON value (true/false, "yes"/"no", 1/0), or None if it is not one."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        v = value.strip().lower()
-        return True if v in _TRUE else False if v in _FALSE else None
-    return None
-
-
-def parse_verdicts(raw: Any, ids: Sequence[str]) -> tuple[dict[str, bool], set[str]]:
-    """(verdicts for `ids`, ids without a usable verdict). Unknown keys are ignored."""
-    if isinstance(raw, dict) and isinstance(raw.get("verdicts"), dict) and not set(ids) & set(raw):
-        raw = raw["verdicts"]
-    if not isinstance(raw, dict):
-        raw = {}
-    verdicts, failed = {}, set()
-    for pid in ids:
-        v = as_bool(raw.get(pid))
-        if v is None:
-            failed.add(pid)
-        verdicts[pid] = bool(v)
-    return verdicts, failed
-
-
-def verdict_problem(raw: Any, ids: Sequence[str]) -> str | None:
-    """Why an answer lacks a true/false verdict for some id (a cut or garbled answer), or None."""
-    failed = parse_verdicts(raw, ids)[1]
-    return f"no true/false verdict for {', '.join(sorted(failed))}" if failed else None
-
-
-def salvage(raw: str) -> Any:
-    """The JSON in a reply that failed the schema check (e.g. some ids missing), or None."""
-    try:
-        return parse_json(raw)
-    except ValueError:
-        return None
-
-
-def verdict_schema(ids: Sequence[str]) -> dict[str, Any]:
-    """The JSON schema of an answer: one boolean per penalty id, nothing else."""
-    return {"type": "object", "properties": {i: {"type": "boolean"} for i in ids},
-            "required": list(ids), "additionalProperties": False}
 
 
 class Judge:
