@@ -1,0 +1,180 @@
+"""Replay Dynalize's penalty term over the rollouts of a run it did not train.
+
+Each monitored step goes through the same `PenaltyTerm` a dynalize run uses: the oldest accepted
+proposal enters the buffer (at most one per step), every reply is judged against the live
+penalties, untriggered penalties retire; then every `every` steps the proposer reads the views of
+the latest batches (rewards with their advantage signs within groups, the first batch as the
+reference). Nothing is trained, so nothing waits: a proposal finishes before the next step, which
+makes a replay deterministic and a continued replay (`Monitor.load`) equal to one made in one go.
+
+The output folder is run-like (what `python -m dynalize.report` reads): metrics.jsonl,
+rollouts/step_NNNNNN.jsonl (with verdicts), penalties.jsonl, plus monitor_state.json, the state a
+later invocation continues from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import anyio
+import yaml
+
+from ..build import build_penalty_term
+from ..penalties.config import PenaltiesConfig
+from ..rewards.penalties import PenaltyTerm
+from ..runlog import RunDir, append_jsonl, read_jsonl, write_jsonl_atomic
+from ..types import Batch, Rollout
+from .readers import MonitoredRollout, MonitorInputError
+
+STATE = "monitor_state.json"
+STATE_VERSION = 1
+
+
+def rows_digest(rows: list[MonitoredRollout]) -> str:
+    """What a monitored step held: a later invocation refuses a step whose rows changed."""
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(json.dumps([r.group, [m.to_dict() for m in r.prompt], [m.to_dict() for m in r.turns], r.reward],
+                            ensure_ascii=False).encode())
+    return h.hexdigest()[:16]
+
+
+def as_batch(step: int, rows: list[MonitoredRollout]) -> Batch:
+    """The rows of one step as a dynalize batch: groups in order of first appearance."""
+    groups: dict[str, list[Rollout]] = {}
+    for r in rows:
+        members = groups.setdefault(r.group, [])
+        members.append(Rollout(prompt_id=r.group, group=len(groups) - 1, prompt_ids=[], completion_ids=[],
+                               logprobs=[], loss_mask=[], replies=r.replies, policy_version=step,
+                               messages=list(r.prompt), turns=list(r.turns), scores={"reward": r.reward},
+                               reward=r.reward))
+    return Batch(step, list(groups.values()))
+
+
+def within_group_gap(batch: Batch, pid: str) -> float | None:
+    """Mean over groups of (mean reward of rollouts triggering `pid` − mean of the rest), over the
+    groups that have both; None when no group has both."""
+    gaps = []
+    for g in batch.groups:
+        hit = [r.reward for r in g if (r.info.get("verdicts") or {}).get(pid)]
+        rest = [r.reward for r in g if not (r.info.get("verdicts") or {}).get(pid)]
+        if hit and rest:
+            gaps.append(statistics.fmean(hit) - statistics.fmean(rest))
+    return statistics.fmean(gaps) if gaps else None
+
+
+class Monitor:
+    """One monitor output folder: the penalty term, the steps done, and how to continue."""
+
+    def __init__(self, out: str | Path, cfg: PenaltiesConfig, *, seed: int = 0, domain: str = "",
+                 term: PenaltyTerm | None = None):
+        self.out = Path(out)
+        self.cfg, self.seed, self.domain = cfg, seed, domain
+        self.term = term or build_penalty_term(cfg, domain=domain, seed=seed)
+        self.log = RunDir(self.out)
+        self.done: dict[int, str] = {}
+        """Monitored steps and the digest of their rows."""
+        self.source: dict[str, Any] = {}
+
+    # --- persistence ----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, out: str | Path, term: PenaltyTerm | None = None) -> "Monitor":
+        """The monitor of folder `out` as its last invocation left it."""
+        path = Path(out) / STATE
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+            cfg = PenaltiesConfig.model_validate(state["penalties"])
+        except (OSError, json.JSONDecodeError, KeyError, ValueError) as e:
+            raise MonitorInputError(f"monitor: {path} is not a readable monitor state ({type(e).__name__})") from None
+        if state.get("version") != STATE_VERSION:
+            raise MonitorInputError(f"monitor: {path} was written by another monitor version")
+        m = cls(out, cfg, seed=int(state["seed"]), domain=state.get("domain", ""), term=term)
+        m.term.load_state_dict(state["term"])
+        m.done = {int(k): v for k, v in state["done"].items()}
+        m.source = dict(state.get("source") or {})
+        m.trim()
+        return m
+
+    def trim(self) -> None:
+        """Forget lines of our own files past the last saved step (an invocation that died between
+        writing a step and saving the state): that step is monitored again."""
+        last = max(self.done) if self.done else -1
+        for name in ("metrics.jsonl", "penalties.jsonl"):
+            path = self.out / name
+            if path.exists():
+                rows = read_jsonl(path)
+                keep = [r for r in rows if r.get("step", -1) <= last]
+                if len(keep) != len(rows):
+                    write_jsonl_atomic(path, keep)
+
+    def save(self) -> None:
+        """monitor_state.json, written whole (a crash leaves the previous one)."""
+        state = {"version": STATE_VERSION, "seed": self.seed, "domain": self.domain, "source": self.source,
+                 "penalties": self.cfg.model_dump(mode="json"), "done": {str(k): v for k, v in self.done.items()},
+                 "term": self.term.state_dict()}
+        tmp = self.out / f".{STATE}.tmp"
+        tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, self.out / STATE)
+
+    def start(self, source: dict[str, Any]) -> None:
+        """A new output folder: its config.yaml names the source and the penalty settings."""
+        self.log.create()
+        self.source = source
+        cfg = {"name": self.out.name, "monitor": source, "seed": self.seed, "penalties": self.cfg.model_dump(mode="json")}
+        (self.out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        self.save()
+
+    # --- replay ---------------------------------------------------------------------------------
+
+    def check_unchanged(self, steps: dict[int, list[MonitoredRollout]]) -> None:
+        """Refuse rows that changed under a step already monitored (one line)."""
+        for step, digest in self.done.items():
+            if step in steps and rows_digest(steps[step]) != digest:
+                raise MonitorInputError(f"monitor: the rows of step {step} changed since it was monitored; "
+                                        f"monitor into a new --out folder")
+
+    async def step(self, step: int, rows: list[MonitoredRollout]) -> dict[str, Any]:
+        """Judge, retire and propose for one step, as a run's penalty term would; its metrics row."""
+        if self.done and step <= max(self.done):
+            raise MonitorInputError(f"monitor: step {step} comes after step {max(self.done)} was monitored")
+        batch = as_batch(step, rows)
+        scored = await self.term.score(batch)
+        for r, info, unscored in zip(batch.rollouts, scored.info, scored.unscored or [False] * len(batch.rollouts)):
+            r.info.update(info)
+            if unscored:
+                r.info["unscored"] = True
+            r.advantage = 0.0
+        async with anyio.create_task_group() as tg:
+            self.term.observe(batch, tg)  # the proposal runs to its end here: nothing waits on it
+        metrics = self.metrics(batch)
+        self.log.log_rollouts(step, batch.rollouts)
+        self.log.log_events("penalties", scored.events)
+        self.log.log_metrics(metrics)
+        self.done[step] = rows_digest(rows)
+        self.save()
+        return metrics
+
+    def metrics(self, batch: Batch) -> dict[str, Any]:
+        rewards = [r.reward for r in batch.rollouts]
+        out: dict[str, Any] = {"step": batch.step, "rollouts": len(rewards), "groups": len(batch.groups),
+                               "reward/mean": statistics.fmean(rewards), "reward/std": statistics.pstdev(rewards)}
+        out.update(self.term.metrics())
+        for p in self.term.buffer.active():
+            gap = within_group_gap(batch, p.id)
+            if gap is not None:
+                out[f"penalty/{p.id}/reward_gap"] = gap
+        return out
+
+    def stop_reason(self) -> str | None:
+        return self.term.stop_reason()
+
+
+def append_note(out: Path, record: dict[str, Any]) -> None:
+    """One line in monitor.jsonl: what each invocation did (source, steps, exit status)."""
+    append_jsonl(out / "monitor.jsonl", record)

@@ -1,0 +1,88 @@
+"""What a monitor folder says: each discovered pattern, since when, how common it is now, and how
+much more reward the replies that show it get than the rest of their group."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from ..runlog import read_jsonl
+
+LIVE_EXIT = 10
+"""Exit status of `python -m dynalize.monitor` when a discovered pattern is live at the last step."""
+
+
+@dataclass
+class Pattern:
+    """A discovered pattern (a penalty of the replayed buffer) as of the last monitored step."""
+
+    id: str
+    title: str
+    regex: str | None
+    description: str
+    since: int
+    """The step it first entered the buffer."""
+    live: bool
+    """Active at the last step (not retired since its last add or revival)."""
+    retired_at: int | None
+    prevalence: float | None
+    """Share of the last step's rollouts that show it (None when it was not judged then)."""
+    reward_gap: float | None
+    """Mean within-group reward difference, rollouts that show it minus the rest, at the last step."""
+
+
+def patterns(out: Path) -> tuple[int | None, list[Pattern]]:
+    """(last monitored step, every discovered pattern) of monitor folder `out`."""
+    metrics = read_jsonl(out / "metrics.jsonl") if (out / "metrics.jsonl").exists() else []
+    events = read_jsonl(out / "penalties.jsonl") if (out / "penalties.jsonl").exists() else []
+    last = metrics[-1] if metrics else {}
+    found: dict[str, Pattern] = {}
+    for e in events:
+        pid = e.get("id")
+        if e.get("event") == "add":
+            found[pid] = Pattern(pid, e.get("title", ""), e.get("regex"), e.get("description", ""), e["step"],
+                                 True, None, None, None)
+        elif pid in found and e.get("event") == "retire":
+            found[pid].live, found[pid].retired_at = False, e["step"]
+        elif pid in found and e.get("event") == "revive":
+            found[pid].live, found[pid].retired_at = True, None
+    for p in found.values():
+        prev = last.get(f"penalty/{p.id}/prevalence")
+        p.prevalence = float(prev) if isinstance(prev, int | float) else None
+        gap = last.get(f"penalty/{p.id}/reward_gap")
+        p.reward_gap = float(gap) if isinstance(gap, int | float) else None
+    return last.get("step"), list(found.values())
+
+
+def verdict(last_step: int | None, found: list[Pattern]) -> str:
+    """One sentence from the numbers: what is live at the last step, and since when."""
+    if last_step is None:
+        return "no step monitored yet"
+    live = [p for p in found if p.live]
+    if not live:
+        retired = f" ({len(found)} found earlier, all retired)" if found else ""
+        return f"no discovered pattern is live at step {last_step}{retired}"
+    first = min(p.since for p in live)
+    names = "; ".join(f"{p.title!r} since step {p.since}" for p in sorted(live, key=lambda p: p.since))
+    return f"{len(live)} pattern(s) the reward pays for are live at step {last_step}, the first since step {first}: {names}"
+
+
+def summary_table(last_step: int | None, found: list[Pattern]) -> Table:
+    t = Table(title=f"Discovered patterns (last monitored step: {last_step})")
+    for col in ("id", "pattern", "since", "status", "prevalence now", "reward gap now"):
+        t.add_column(col)
+    for p in found:
+        status = "live" if p.live else f"retired at {p.retired_at}"
+        what = f"{p.title}" + (f"  [dim]/{p.regex}/[/]" if p.regex else "")
+        prev = "—" if p.prevalence is None else f"{p.prevalence:.0%}"
+        gap = "—" if p.reward_gap is None else f"{p.reward_gap:+.3f}"
+        t.add_row(p.id, what, str(p.since), status, prev, gap)
+    return t
+
+
+def summary_json(last_step: int | None, found: list[Pattern]) -> dict[str, Any]:
+    return {"last_step": last_step, "verdict": verdict(last_step, found), "live": sum(p.live for p in found),
+            "patterns": [asdict(p) for p in found]}
