@@ -25,7 +25,7 @@ import regex
 from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
-from .evidence import Effect, fisher_p
+from .evidence import Effect, fisher_p, length_onset
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
 from .views import ProposerView, ViewSample
@@ -123,7 +123,7 @@ class LexicalProposer:
             if passed:
                 scored.append((passed[0], k, *passed[1:]))
         if self.cfg.length:
-            # the largest length threshold that still separates positives from negatives
+            # of the length thresholds that separate positives from negatives: the largest, or the onset
             lengths = []
             pos_words, neg_words = [words_of[s.id] for s in pos], [words_of[s.id] for s in neg]
             for n in range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step):
@@ -135,6 +135,10 @@ class LexicalProposer:
                     lengths.append((n, f, samples, passed))
             if lengths:
                 _, f, samples, passed = max(lengths, key=lambda t: t[0])
+                if self.cfg.length_threshold == "onset":  # the passing limit nearest the fitted onset
+                    limits = list(range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step))
+                    onset = length_onset(view.samples, words_of, limits)
+                    _, f, samples, passed = min(lengths, key=lambda t: (abs(t[0] - onset), t[0]))
                 having[f.key], shown[f.key], feature[f.key] = samples, Counter({f.shown: 1}), f
                 scored.append((passed[0], f.key, *passed[1:]))
         active = penalty_matches(view.active, view.samples, result)
