@@ -36,6 +36,12 @@ class LexicalConfig(_Section):
     """Also look for "replies run longer than L words" (L from the batch's word counts)."""
     length_step: int = Field(5, ge=1)
     """Length limits are multiples of this many words."""
+    unit: Literal["rollout", "reply"] = "rollout"
+    """What the contrast counts in multi-turn rollouts: `rollout` (a rollout shows a pattern when
+    any of its replies does) or `reply` (each reply counts, with its rollout's advantage sign and
+    score): in 4-reply conversations nearly every rollout has some reply over L words, so presence
+    per rollout saturates for positives and negatives alike while the share of replies does not.
+    Single-turn rollouts count the same either way."""
     length_threshold: Literal["largest", "onset"] = "largest"
     """Which of the length limits that pass every test is proposed: `largest` (the strictest
     separation of positives from negatives) or `onset` (where the reward starts to pay: the limit

@@ -28,7 +28,7 @@ from .config import LexicalConfig
 from .evidence import Effect, fisher_p, length_onset
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
-from .views import ProposerView, ViewSample
+from .views import ProposerView, ViewSample, per_reply, rollout_id
 
 Spans = dict[str, list[list[tuple[int, int]]]]
 """Where a penalty's regex matches each sample of a view: sample id -> for each of its replies
@@ -99,6 +99,8 @@ class LexicalProposer:
     def best(self, view: ProposerView, result: ProposalResult | None = None) -> Candidate | None:
         """The strongest over-represented pattern as a candidate, or None."""
         result = result or ProposalResult(step=view.step)
+        if self.cfg.unit == "reply":
+            view = per_reply(view)
         pos, neg = view.positives(), view.negatives()
         if len(pos) < self.cfg.min_groups or not neg:
             return None
@@ -283,4 +285,4 @@ class LexicalProposer:
             f"group ({round(p * n_pos)}/{n_pos}, from {groups} groups) show this, against {q:.0%} of "
             f"those it scored below ({round(q * n_neg)}/{n_neg}): the reward model seems to reward "
             f"the pattern itself rather than the quality of the reply.")
-        return Candidate(f.title, description, [s.id for s in samples], f.regex, groups)
+        return Candidate(f.title, description, list(dict.fromkeys(rollout_id(s.id) for s in samples)), f.regex, groups)
