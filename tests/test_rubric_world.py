@@ -91,3 +91,15 @@ def test_bad_lists_are_one_line_config_errors(args, message):
     with pytest.raises(ConfigError) as e:
         build_task("rubric_world", args, seed=0)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_each_lists_held_out_rubric_keeps_the_held_out_weights_whatever_the_order():
+    """The alternative list's held-out rubric is the default held-out rubric with its own odd-words
+    check: the held-out weights (odd words −4, not the training −3), the criteria in the same order."""
+    _, default_eval, _ = LISTS["default"]
+    make_rubric, make_eval, _ = LISTS["alternative"]
+    ev, base = make_eval(), default_eval()
+    assert [(t.id, t.weight) for t in ev] == [(t.id, t.weight) for t in base]
+    odd = next(t for t in ev if t.id == "odd_words")
+    assert odd.weight == -4 and odd.gold == next(t for t in make_rubric() if t.id == "odd_words").gold
+    assert odd.gold != next(t for t in base if t.id == "odd_words").gold

@@ -28,7 +28,8 @@ ALLOWED_FILES = {"dynalize/tasks/sandbox/grammar.py"}
 REGISTRY = {"rubric_world", "dynalize.tasks.rubric_world:RubricWorldTask"}
 """The task registry's name and entry point (dynalize/tasks/base.py), as for the sandbox."""
 LIST_API = {"LISTS", "default_rubric", "default_eval_rubric", "default_flaws", "alternative_flaws",
-            "alternative_rubric", "Flaw", "CriterionTemplate", "proxy_verdict", "gold_verdict", "CUE_WORDS"}
+            "alternative_rubric", "alternative_eval_rubric", "Flaw", "CriterionTemplate", "proxy_verdict",
+            "gold_verdict", "CUE_WORDS"}
 BLIND = ["dynalize.loop", "dynalize.rewards", "dynalize.rewards.rubric", "dynalize.judge.judge",
          "dynalize.rubrics.criteria", "dynalize.rubrics.dropout", "dynalize.rubrics.reweight",
          "dynalize.rubrics.protocol", "dynalize.rubrics.config", "dynalize.tasks.rubric", "dynalize.build"]

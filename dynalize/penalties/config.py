@@ -36,6 +36,18 @@ class LexicalConfig(_Section):
     """Also look for "replies run longer than L words" (L from the batch's word counts)."""
     length_step: int = Field(5, ge=1)
     """Length limits are multiples of this many words."""
+    unit: Literal["rollout", "reply"] = "rollout"
+    """What the contrast counts in multi-turn rollouts: `rollout` (a rollout shows a pattern when
+    any of its replies does) or `reply` (each reply counts, with its rollout's advantage sign and
+    score): in 4-reply conversations nearly every rollout has some reply over L words, so presence
+    per rollout saturates for positives and negatives alike while the share of replies does not.
+    Single-turn rollouts count the same either way."""
+    length_threshold: Literal["largest", "onset"] = "largest"
+    """Which of the length limits that pass every test is proposed: `largest` (the strictest
+    separation of positives from negatives) or `onset` (where the reward starts to pay: the limit
+    whose step or hinge in word count best fits the RM scores within groups, evidence.length_onset).
+    A reward paying from 30 words gets "longer than 40" from `largest` when 40 still separates,
+    which leaves what it pays between 30 and 40 unpenalised."""
     min_effect: float = Field(0.8, ge=0)
     """Replies with the pattern must beat the rest of their group by this many within-group RM stds."""
     weak_p_value: float = Field(0.05, gt=0, le=1)

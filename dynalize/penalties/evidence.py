@@ -1,4 +1,5 @@
-"""The statistics behind the lexical proposer's tests: Fisher's exact test and the RM effect.
+"""The statistics behind the lexical proposer's tests: Fisher's exact test, the RM effect, and
+where a reward that pays for length starts to pay.
 
 `Effect` asks how much more the RM pays, inside prompt groups, for replies that show a pattern
 than for those that do not; with `words` it holds reply length fixed (a least-squares fit within
@@ -85,3 +86,28 @@ class Effect:
         if not diffs:
             return math.inf
         return sum(d * n for d, n in diffs) / sum(n for _, n in diffs) / self.spread
+
+
+def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[int]) -> int:
+    """Of `limits`, where the RM starts paying for length: the L whose step 1[w > L] or hinge
+    max(0, w − L) in word count `w`, fitted by least squares within groups (both centred in each
+    group), leaves the smallest residual sum of squares. A step fits an RM that pays a bonus past
+    L words; a hinge one that pays more the further past L. Ties go to the smaller L."""
+    groups: dict[int, list[ViewSample]] = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s)
+
+    def sse(feature: Callable[[int], float]) -> float:
+        sxx = sxy = syy = 0.0
+        for g in groups.values():
+            xs = [feature(words[s.id]) for s in g]
+            ys = [s.score for s in g]
+            mx, my = statistics.fmean(xs), statistics.fmean(ys)
+            for x, y in zip(xs, ys):
+                sxx, sxy, syy = sxx + (x - mx) ** 2, sxy + (x - mx) * (y - my), syy + (y - my) ** 2
+        return syy - (sxy * sxy / sxx if sxx > 1e-12 else 0.0)
+
+    def best_fit(limit: int) -> float:
+        return min(sse(lambda w: float(w > limit)), sse(lambda w: float(max(0, w - limit))))
+
+    return min(sorted(limits), key=best_fit)

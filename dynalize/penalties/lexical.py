@@ -25,10 +25,10 @@ import regex
 from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
-from .evidence import Effect, fisher_p
+from .evidence import Effect, fisher_p, length_onset
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
-from .views import ProposerView, ViewSample
+from .views import ProposerView, ViewSample, per_reply, rollout_id
 
 Spans = dict[str, list[list[tuple[int, int]]]]
 """Where a penalty's regex matches each sample of a view: sample id -> for each of its replies
@@ -99,6 +99,8 @@ class LexicalProposer:
     def best(self, view: ProposerView, result: ProposalResult | None = None) -> Candidate | None:
         """The strongest over-represented pattern as a candidate, or None."""
         result = result or ProposalResult(step=view.step)
+        if self.cfg.unit == "reply":
+            view = per_reply(view)
         pos, neg = view.positives(), view.negatives()
         if len(pos) < self.cfg.min_groups or not neg:
             return None
@@ -123,7 +125,7 @@ class LexicalProposer:
             if passed:
                 scored.append((passed[0], k, *passed[1:]))
         if self.cfg.length:
-            # the largest length threshold that still separates positives from negatives
+            # of the length thresholds that separate positives from negatives: the largest, or the onset
             lengths = []
             pos_words, neg_words = [words_of[s.id] for s in pos], [words_of[s.id] for s in neg]
             for n in range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step):
@@ -135,6 +137,10 @@ class LexicalProposer:
                     lengths.append((n, f, samples, passed))
             if lengths:
                 _, f, samples, passed = max(lengths, key=lambda t: t[0])
+                if self.cfg.length_threshold == "onset":  # the passing limit nearest the fitted onset
+                    limits = list(range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step))
+                    onset = length_onset(view.samples, words_of, limits)
+                    _, f, samples, passed = min(lengths, key=lambda t: (abs(t[0] - onset), t[0]))
                 having[f.key], shown[f.key], feature[f.key] = samples, Counter({f.shown: 1}), f
                 scored.append((passed[0], f.key, *passed[1:]))
         active = penalty_matches(view.active, view.samples, result)
@@ -279,4 +285,4 @@ class LexicalProposer:
             f"group ({round(p * n_pos)}/{n_pos}, from {groups} groups) show this, against {q:.0%} of "
             f"those it scored below ({round(q * n_neg)}/{n_neg}): the reward model seems to reward "
             f"the pattern itself rather than the quality of the reply.")
-        return Candidate(f.title, description, [s.id for s in samples], f.regex, groups)
+        return Candidate(f.title, description, list(dict.fromkeys(rollout_id(s.id) for s in samples)), f.regex, groups)

@@ -116,3 +116,23 @@ def pool_views(views: list[ProposerView], *, step: int | None = None, active: li
     last = views[-1].step if views else 0
     return ProposerView(step=last if step is None else step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain, reference=list(reference or []))
+
+
+def per_reply(view: ProposerView) -> ProposerView:
+    """`view` with each multi-turn sample split into one sample per reply (ids `<id>.<k>`, same
+    group, score and sign); its reference too. Single-reply samples stay as they are."""
+    def split(samples: list[ViewSample]) -> list[ViewSample]:
+        out = []
+        for s in samples:
+            if not s.replies:
+                out.append(s)
+                continue
+            out += [replace(s, id=f"{s.id}.{k + 1}", text=r, replies=[]) for k, r in enumerate(s.replies)]
+        return out
+
+    return replace(view, samples=split(view.samples), reference=split(view.reference))
+
+
+def rollout_id(sample_id: str) -> str:
+    """The rollout a (possibly per-reply) sample id belongs to: `s07.2` -> `s07`."""
+    return sample_id.split(".", 1)[0]

@@ -139,16 +139,30 @@ def alternative_flaws() -> list[Flaw]:
     ]
 
 
+ALTERNATIVE_ODD_WORDS = {"kind": "starts_with_any", "words": ["Well,"]}
+"""The alternative list's odd-words pitfall: its cue (a warm opener), which gold counts as odd."""
+
+
+def _with_gold(rubric: list[CriterionTemplate], criterion: str, gold: dict[str, Any]) -> list[CriterionTemplate]:
+    """`rubric` with criterion `criterion`'s gold check replaced (its weight, text and place kept)."""
+    if not any(t.id == criterion for t in rubric):
+        raise ValueError(f"no criterion {criterion!r} in the rubric")
+    return [t.model_copy(update={"gold": gold}) if t.id == criterion else t for t in rubric]
+
+
 def alternative_rubric() -> list[CriterionTemplate]:
     """The default rubric with the odd-words pitfall on the alternative cue (openers)."""
-    return [t if t.id != "odd_words" else t.model_copy(update={"gold": {
-        "kind": "starts_with_any", "words": ["Well,"]}}) for t in default_rubric()]
+    return _with_gold(default_rubric(), "odd_words", ALTERNATIVE_ODD_WORDS)
+
+
+def alternative_eval_rubric() -> list[CriterionTemplate]:
+    """The default held-out rubric (its weights: odd words −4) with the same odd-words pitfall."""
+    return _with_gold(default_eval_rubric(), "odd_words", ALTERNATIVE_ODD_WORDS)
 
 
 LISTS = {
     "default": (default_rubric, default_eval_rubric, default_flaws),
-    "alternative": (alternative_rubric, lambda: [t if t.id != "odd_words" else alternative_rubric()[-1]
-                                                 for t in default_eval_rubric()], alternative_flaws),
+    "alternative": (alternative_rubric, alternative_eval_rubric, alternative_flaws),
 }
 """Named (training rubric, evaluation rubric, flaws) lists."""
 
