@@ -1,6 +1,7 @@
-"""`python -m dynalize.eval --run RUN --bench eqbench|mindeval --bench-dir CHECKOUT --judge SPEC ...`
+"""`python -m dynalize.eval --run RUN --bench eqbench|mindeval|healthbench|researchqa --judge SPEC ...`
 
-Evaluates every saved checkpoint of a run (or every N-th) with a benchmark protocol and writes
+EQ-Bench and MindEval read a checkout of the benchmark (`--bench-dir`); HealthBench and
+ResearchQA a data file in the official format (`--data`). Evaluates every saved checkpoint of a run (or every N-th) with a benchmark protocol and writes
 `RUN/eval/<bench>.jsonl` (one line per checkpoint) and `RUN/eval/<bench>_raw/step_N.jsonl`.
 Rerun the same command to resume (failed judge calls are judged again). `--rejudge LABEL` rates
 the saved generations again with another `--judge`, into `RUN/eval/<bench>@LABEL.jsonl`. SPEC
@@ -28,14 +29,21 @@ from .common import Benchmark, BenchmarkError
 from .models import role_model
 from .policy import load_policy
 
-BENCHES = ("eqbench", "mindeval")
+BENCHES = ("eqbench", "mindeval", "healthbench", "researchqa")
+DATA_BENCHES = ("healthbench", "researchqa")
+"""Benchmarks read from a data file (`--data`) rather than a checkout (`--bench-dir`)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.eval", description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, help="run directory (runs/<name>)")
     ap.add_argument("--bench", required=True, choices=BENCHES)
-    ap.add_argument("--bench-dir", required=True, help="local checkout of the benchmark's repository")
+    ap.add_argument("--bench-dir", help="eqbench, mindeval: local checkout of the benchmark's repository")
+    ap.add_argument("--data", help="healthbench: the official JSONL (HealthBench, Hard or Consensus); "
+                                   "researchqa: a split (test.json)")
+    ap.add_argument("--attempts", type=int, help="healthbench: grader calls per rubric item (10); "
+                                                 "researchqa: calls per batch on a wrong count (3)")
+    ap.add_argument("--batch-size", type=int, help="researchqa: rubric items per grader call (8)")
     ap.add_argument("--judge", required=True, help="judge chat model: JSON object or YAML/JSON file")
     ap.add_argument("--patient", help="mindeval: patient-simulator chat model (JSON or file)")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="policy generation engine")
@@ -59,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--iterations", type=int, default=3, help="eqbench: iterations per prompt")
     ap.add_argument("--min-chars", type=int, default=500, help="eqbench: shorter replies are retried")
     ap.add_argument("--turns", type=int, default=10, help="mindeval: clinician turns per conversation")
-    ap.add_argument("--temperature", type=float, default=1.0, help="mindeval: clinician sampling temperature")
+    ap.add_argument("--temperature", type=float,
+                    help="policy sampling temperature (mindeval 1.0, healthbench 0.5, researchqa 0)")
     ap.add_argument("--clinician-template", default="v0_1", help="mindeval: version key or constant name")
     ap.add_argument("--patient-template", default="v0_2", help="mindeval: version key or constant name")
     ap.add_argument("--judge-template", default="v0_1_w_length_guidelines", help="mindeval: version key or name")
@@ -68,7 +77,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.bench == "mindeval" and not args.patient and not args.rejudge:
         ap.error("--bench mindeval needs --patient (the patient-simulator chat model)")
-    for flag in ("every", "concurrency", "limit", "iterations", "turns", "max_tokens"):
+    if args.bench in DATA_BENCHES and not args.data:
+        ap.error(f"--bench {args.bench} needs --data (the benchmark's data file)")
+    if args.bench not in DATA_BENCHES and not args.bench_dir:
+        ap.error(f"--bench {args.bench} needs --bench-dir (a checkout of the benchmark's repository)")
+    for flag in ("every", "concurrency", "limit", "iterations", "turns", "max_tokens", "attempts", "batch_size"):
         v = getattr(args, flag)
         if v is not None and v < 1:
             ap.error(f"--{flag.replace('_', '-')} must be >= 1")
@@ -88,9 +101,18 @@ def build_protocol(args: argparse.Namespace) -> Benchmark:
     """The benchmark with its chat models (the protocol's defaults under each spec) and the settings
     recorded with each row."""
     show = not args.no_progress
-    settings: dict[str, Any] = {"bench_dir": os.path.abspath(args.bench_dir), "strict": args.strict, "seed": args.seed}
+    settings: dict[str, Any] = {"seed": args.seed}
     if not args.rejudge:
         settings.update(limit=args.limit, engine=args.engine, dtype=policy_dtype(args))
+    if args.bench == "healthbench":
+        from . import healthbench
+
+        return healthbench.from_args(args, settings)
+    if args.bench == "researchqa":
+        from . import researchqa
+
+        return researchqa.from_args(args, settings)
+    settings.update(bench_dir=os.path.abspath(args.bench_dir), strict=args.strict)
     if args.bench == "eqbench":
         from .eqbench import JUDGE_SAMPLING, JUDGE_TIMEOUT, EQBench, EQBenchAssets, EQBenchSettings
 
@@ -112,7 +134,8 @@ def build_protocol(args: argparse.Namespace) -> Benchmark:
     if args.patient and not args.rejudge:
         patient = role_model(args.patient, "--patient", PATIENT_SAMPLING, concurrency=args.concurrency,
                              timeout=TIMEOUT)
-    s = MindEvalSettings(turns=args.turns, temperature=args.temperature, strict=args.strict, limit=args.limit,
+    temperature = 1.0 if args.temperature is None else args.temperature
+    s = MindEvalSettings(turns=args.turns, temperature=temperature, strict=args.strict, limit=args.limit,
                          seed=args.seed, max_tokens=args.max_tokens or 1024, judge_sampling=judge.sampling,
                          patient_sampling=patient.sampling if patient else {})
     if args.rejudge:  # the conversations are saved: no patient is called
