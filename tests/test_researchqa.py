@@ -82,7 +82,7 @@ def test_the_request_is_the_official_prompt_in_batches_of_8_at_temperature_0():
         "<<questions>>", "\n".join(questions))
     assert first[0].content.endswith("Does the response discuss point 8?\n\nOutput:")
     assert first[0].content.startswith("Please judge the following questions based on the response below.\n")
-    assert all(s == {"temperature": 0} for _, s in g.requests)
+    assert all(s == {"temperature": 0, "max_tokens": None} for _, s in g.requests)
 
 
 def test_a_failed_call_is_not_a_skip_and_a_rerun_asks_only_the_failed_batch():

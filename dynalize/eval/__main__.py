@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--min-chars", type=int, default=500, help="eqbench: shorter replies are retried")
     ap.add_argument("--turns", type=int, default=10, help="mindeval: clinician turns per conversation")
     ap.add_argument("--temperature", type=float,
-                    help="policy sampling temperature (mindeval 1.0, healthbench 0.5, researchqa 0)")
+                    help="policy sampling temperature (mindeval 1.0, healthbench 0.5, researchqa 0.5)")
     ap.add_argument("--clinician-template", default="v0_1", help="mindeval: version key or constant name")
     ap.add_argument("--patient-template", default="v0_2", help="mindeval: version key or constant name")
     ap.add_argument("--judge-template", default="v0_1_w_length_guidelines", help="mindeval: version key or name")

@@ -35,6 +35,8 @@ from .common import Benchmark, BenchmarkError, BenchResult, bootstrap_ci, mean_o
 from .policy import PolicySampler
 
 REASONING_TAGS = ("<think>", "</think>")
+POLICY_TEMPERATURE = 0.5
+"""Ours (the official repository does not say how answers are generated): HealthBench's policy default."""
 
 
 @dataclass
@@ -88,7 +90,7 @@ def item_coverage(labels: Sequence[str]) -> float:
 @dataclass
 class ResearchQASettings:
     max_tokens: int = 2048
-    temperature: float = 0.0
+    temperature: float = POLICY_TEMPERATURE
     tries: int = TRIES
     batch_size: int = BATCH_SIZE
     judge_sampling: dict[str, Any] | None = None
@@ -206,7 +208,7 @@ def from_args(args: Any, record: dict[str, Any]) -> ResearchQA:
 
     judge = role_model(args.judge, "--judge", GRADER_SAMPLING, concurrency=args.concurrency, timeout=JUDGE_TIMEOUT)
     s = ResearchQASettings(max_tokens=args.max_tokens or 2048,
-                           temperature=0.0 if args.temperature is None else args.temperature,
+                           temperature=POLICY_TEMPERATURE if args.temperature is None else args.temperature,
                            tries=args.attempts or TRIES, batch_size=args.batch_size or BATCH_SIZE,
                            judge_sampling=judge.sampling, limit=args.limit, seed=args.seed)
     record.update(data=str(_Path(args.data).resolve()), tries=s.tries, batch_size=s.batch_size, judge=judge.public)

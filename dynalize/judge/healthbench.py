@@ -119,7 +119,7 @@ async def grade_item(chat: ChatModel, conversation: str, item: str, *, attempts:
     out = ItemGrade()
     for _ in range(attempts):
         try:
-            reply = await chat.chat(messages, **{k: v for k, v in (sampling or {}).items() if v is not None})
+            reply = await chat.chat(messages, **(sampling or {}))  # a None value is not sent
         except Exception as e:  # noqa: BLE001 - a failed call fails the item, counted, redone on a rerun
             out.error = describe(e)
             return out

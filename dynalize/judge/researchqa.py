@@ -34,8 +34,9 @@ BATCH_SIZE = 8
 """Rubric items per call (compute_coverage.py:98 and :163)."""
 TRIES = 3
 """Calls per batch while the count of ratings is wrong (compute_coverage.py:67, `@retry(tries=3)`)."""
-GRADER_SAMPLING: dict[str, Any] = {"temperature": 0}
-"""call_gpt's only sampling setting (compute_coverage.py:23); no max_tokens, no system message."""
+GRADER_SAMPLING: dict[str, Any] = {"temperature": 0, "max_tokens": None}
+"""call_gpt's only sampling setting (compute_coverage.py:23); no max_tokens (None: not sent, the
+server's limit applies), no system message."""
 GRADER_MODEL = "gpt-4.1-mini"
 """The official grader (compute_coverage.py:99 and :164); ours is whatever --judge names."""
 _SLOTS = re.compile(r"<<(response|questions)>>")
@@ -81,7 +82,7 @@ async def grade_batch(chat: ChatModel, response: str, questions: Sequence[str], 
     """Ask for one rating per question, again while the count is wrong (at most `tries` calls).
     An engine error ends the batch at once (the official retry covers only the count)."""
     messages = [Message("user", coverage_prompt(response, questions))]
-    send = {k: v for k, v in (GRADER_SAMPLING if sampling is None else sampling).items() if v is not None}
+    send = dict(GRADER_SAMPLING if sampling is None else sampling)  # a None value is not sent
     out = BatchGrade()
     for _ in range(tries):
         try:
