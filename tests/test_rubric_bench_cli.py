@@ -96,3 +96,26 @@ def test_data_benches_need_data(capsys):
     with pytest.raises(SystemExit):
         eval_cli.main(["--run", "x", "--bench", "healthbench", "--judge", "{}"])
     assert "needs --data" in capsys.readouterr().err
+
+
+def test_heldout_grades_a_rubric_runs_saved_replies_without_a_policy(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "rollouts").mkdir(parents=True)
+    rows = [{"prompt_id": "hb-a", "prompt": [{"role": "user", "content": "headache?"}], "replies": ["Rest."],
+             "reasoning": ["hm"]},
+            {"prompt_id": "hb-a", "prompt": [{"role": "user", "content": "headache?"}], "replies": ["Sleep."]},
+            {"prompt_id": "hb-b", "prompt": [{"role": "user", "content": "chest?"}], "replies": ["See a doctor."]},
+            {"prompt_id": "other", "prompt": [{"role": "user", "content": "?"}], "replies": ["x"]}]
+    (run / "rollouts" / "eval_000004.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with ChatServer(hb_reply) as server:
+        assert eval_cli.main(args(run, "healthbench", server.url, "--heldout")) == 1  # a prompt not graded: said
+        bodies = server.calls()
+    assert "1 held-out prompts of the run are not in the data file" in capsys.readouterr().err
+    row = json.loads((run / "eval" / "healthbench_heldout.jsonl").read_text())
+    assert row["step"] == 4 and row["complete"] and row["counts"]["examples"] == 3 and row["score"] == 1.0
+    assert row["metrics"]["overall_score:n_samples"] == 3 and row["settings"]["heldout"] is True
+    raw = [json.loads(x) for x in (run / "eval" / "healthbench_heldout_raw" / "step_000004.jsonl").read_text().splitlines()]
+    assert [(r["prompt_id"], r["sample"], r["completion"]) for r in raw] == \
+        [("hb-a", 0, "Rest."), ("hb-a", 1, "Sleep."), ("hb-b", 0, "See a doctor.")]
+    assert len(bodies) == 3 + 3 + 3
+    assert any("# Conversation\nuser: headache?\n\nassistant: Rest.\n" in b["messages"][1]["content"] for b in bodies)

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from .checkpoints import eval_paths, evaluate_run, run_policy_config
 from .common import Benchmark, BenchmarkError
+from .heldout import SavedReplies, heldout_sources
 from .models import role_model
 from .policy import load_policy
 
@@ -44,6 +45,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--attempts", type=int, help="healthbench: grader calls per rubric item (10); "
                                                  "researchqa: calls per batch on a wrong count (3)")
     ap.add_argument("--batch-size", type=int, help="researchqa: rubric items per grader call (8)")
+    ap.add_argument("--heldout", action="store_true",
+                    help="healthbench, researchqa: grade the run's saved held-out replies (rollouts/eval_*.jsonl) "
+                         "instead of checkpoints, into eval/<bench>_heldout.jsonl")
     ap.add_argument("--judge", required=True, help="judge chat model: JSON object or YAML/JSON file")
     ap.add_argument("--patient", help="mindeval: patient-simulator chat model (JSON or file)")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="policy generation engine")
@@ -79,6 +83,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--bench mindeval needs --patient (the patient-simulator chat model)")
     if args.bench in DATA_BENCHES and not args.data:
         ap.error(f"--bench {args.bench} needs --data (the benchmark's data file)")
+    if args.heldout and args.bench not in DATA_BENCHES:
+        ap.error("--heldout is for --bench healthbench or researchqa")
+    if args.heldout and args.base:
+        ap.error("--heldout grades saved replies: --base has nothing to grade")
     if args.bench not in DATA_BENCHES and not args.bench_dir:
         ap.error(f"--bench {args.bench} needs --bench-dir (a checkout of the benchmark's repository)")
     for flag in ("every", "concurrency", "limit", "iterations", "turns", "max_tokens", "attempts", "batch_size"):
@@ -102,7 +110,9 @@ def build_protocol(args: argparse.Namespace) -> Benchmark:
     recorded with each row."""
     show = not args.no_progress
     settings: dict[str, Any] = {"seed": args.seed}
-    if not args.rejudge:
+    if args.heldout:
+        settings["heldout"] = True  # the run's saved replies: nothing is generated
+    elif not args.rejudge:
         settings.update(limit=args.limit, engine=args.engine, dtype=policy_dtype(args))
     if args.bench == "healthbench":
         from . import healthbench
@@ -151,6 +161,11 @@ def build_protocol(args: argparse.Namespace) -> Benchmark:
                     show_progress=show)
 
 
+def results_name(args: argparse.Namespace) -> str:
+    """What the results are filed under: the benchmark, `<bench>_heldout` for a run's saved replies."""
+    return f"{args.bench}_heldout" if getattr(args, "heldout", False) else args.bench
+
+
 def policy_dtype(args: argparse.Namespace) -> str:
     return args.dtype or run_policy_config(args.run).get("dtype") or "float32"
 
@@ -179,8 +194,8 @@ def results_table(bench: str, rows: list[dict[str, Any]]) -> Table:
 
 def problems(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
     """One line per checkpoint evaluated now that is not a finished, scored result."""
-    name = args.bench if args.rejudge is None else f"{args.bench}@{args.rejudge}"
-    raw = eval_paths(args.run, args.bench, args.rejudge)[1]
+    name = results_name(args) if args.rejudge is None else f"{results_name(args)}@{args.rejudge}"
+    raw = eval_paths(args.run, results_name(args), args.rejudge)[1]
     out = []
     for r in rows:
         if not r["complete"]:
@@ -204,9 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     set_torch_threads()  # generation runs in a worker thread beside the event loop
     try:
         protocol = build_protocol(args)
-        rows = anyio.run(functools.partial(evaluate_run, args.run, args.bench, protocol, every=args.every,
+        loader, sources = policy_loader(args), None
+        if args.heldout:
+            loader, sources = SavedReplies, heldout_sources(args.run)
+        rows = anyio.run(functools.partial(evaluate_run, args.run, results_name(args), protocol, every=args.every,
                                            steps=_steps(args.steps), base=args.base, redo=args.redo,
-                                           loader=policy_loader(args), rejudge=args.rejudge))
+                                           loader=loader, rejudge=args.rejudge, sources=sources))
     except (BenchmarkError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -215,11 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         torch.set_num_threads(threads)
-    summary = eval_paths(args.run, args.bench, args.rejudge)[0]
+    summary = eval_paths(args.run, results_name(args), args.rejudge)[0]
     if not rows:
         print(f"nothing to do: every selected checkpoint is already complete in {summary}")
         return 0
-    Console().print(results_table(args.bench, rows))
+    Console().print(results_table(results_name(args), rows))
     bad = problems(args, rows)
     for line in bad:
         print(f"error: {line}", file=sys.stderr)

@@ -41,6 +41,7 @@ from ..judge.healthbench import ATTEMPTS, GRADER_SAMPLING, grade_item, render_co
 from ..tasks.text import split_reasoning_tags
 from ..types import Message
 from .common import Benchmark, BenchmarkError, BenchResult, progress
+from .heldout import saved_records
 from .policy import PolicySampler
 
 N_BOOTSTRAP = 1000
@@ -193,8 +194,16 @@ async def run_healthbench(policy: PolicySampler | None, judge: ChatModel, exampl
                           rejudge: bool = False, show_progress: bool = True) -> BenchResult:
     """Answer each example with `policy` and grade it; or pick up saved `records` (items without a
     verdict graded again; every item when `rejudge`)."""
+    unknown: list[str] = []
     if records is None:
-        records = [new_record(ex) for ex in choose_examples(examples, s.limit)]
+        saved = saved_records(policy, [e.prompt_id for e in examples], "healthbench")
+        if saved is None:
+            records = [new_record(ex) for ex in choose_examples(examples, s.limit)]
+        else:  # a run's held-out replies: one example per saved sample
+            by_id = {e.prompt_id: e for e in examples}
+            found, unknown = saved
+            records = [{**new_record(by_id[x.prompt_id]), "sample": x.sample, "prompt": x.prompt or by_id[x.prompt_id].prompt,
+                        "completion": x.reply, "reasoning": x.reasoning} for x in found]
     if rejudge:
         for rec in records:
             for item in rec["rubric_items"]:
@@ -224,7 +233,11 @@ async def run_healthbench(policy: PolicySampler | None, judge: ChatModel, exampl
         async with anyio.create_task_group() as tg:
             for rec, item in pending:
                 tg.start_soon(one, rec, item)
-    return summarize(records, s)
+    result = summarize(records, s)
+    if unknown:
+        result.warnings.append(f"{len(unknown)} held-out prompts of the run are not in the data file and were not "
+                               f"graded (e.g. {unknown[0]!r})")
+    return result
 
 
 def summarize(records: list[dict[str, Any]], s: HealthBenchSettings) -> BenchResult:
@@ -282,7 +295,7 @@ def from_args(args: Any, record: dict[str, Any]) -> HealthBench:
                             attempts=args.attempts or ATTEMPTS, judge_sampling=judge.sampling, limit=args.limit,
                             seed=args.seed)
     record.update(data=str(Path(args.data).resolve()), attempts=s.attempts, judge=judge.public)
-    if not args.rejudge:
+    if not args.rejudge and not args.heldout:
         record.update(max_tokens=s.max_tokens, temperature=s.temperature)
     return HealthBench(judge.model, load_examples(args.data), s, record=record, roles=(judge,),
                        show_progress=not args.no_progress)

@@ -32,6 +32,7 @@ from ..judge.researchqa import BATCH_SIZE, GRADER_SAMPLING, TRIES, batches, grad
 from ..tasks.text import split_reasoning_tags
 from ..types import Message
 from .common import Benchmark, BenchmarkError, BenchResult, bootstrap_ci, mean_or_none, progress
+from .heldout import saved_records
 from .policy import PolicySampler
 
 REASONING_TAGS = ("<think>", "</think>")
@@ -111,8 +112,16 @@ async def run_researchqa(policy: PolicySampler | None, judge: ChatModel, items: 
                          show_progress: bool = True) -> BenchResult:
     """Answer each query with `policy` and grade it; or pick up saved `records` (failed batches
     graded again; every batch when `rejudge`)."""
+    unknown: list[str] = []
     if records is None:
-        records = [new_record(it, s.batch_size) for it in (items[: s.limit] if s.limit else items)]
+        saved = saved_records(policy, [it.id for it in items], "researchqa")
+        if saved is None:
+            records = [new_record(it, s.batch_size) for it in (items[: s.limit] if s.limit else items)]
+        else:  # a run's held-out replies: one item per saved sample
+            by_id = {it.id: it for it in items}
+            found, unknown = saved
+            records = [{**new_record(by_id[x.prompt_id], s.batch_size), "sample": x.sample, "answer": x.reply,
+                        "reasoning": x.reasoning} for x in found]
     for rec in records:
         for b in rec["batches"]:
             if rejudge or b["error"]:
@@ -146,7 +155,11 @@ async def run_researchqa(policy: PolicySampler | None, judge: ChatModel, items: 
         async with anyio.create_task_group() as tg:
             for rec in pending:
                 tg.start_soon(one, rec)
-    return summarize(records, s)
+    result = summarize(records, s)
+    if unknown:
+        result.warnings.append(f"{len(unknown)} held-out prompts of the run are not in the data file and were not "
+                               f"graded (e.g. {unknown[0]!r})")
+    return result
 
 
 def summarize(records: list[dict[str, Any]], s: ResearchQASettings) -> BenchResult:
@@ -212,7 +225,7 @@ def from_args(args: Any, record: dict[str, Any]) -> ResearchQA:
                            tries=args.attempts or TRIES, batch_size=args.batch_size or BATCH_SIZE,
                            judge_sampling=judge.sampling, limit=args.limit, seed=args.seed)
     record.update(data=str(_Path(args.data).resolve()), tries=s.tries, batch_size=s.batch_size, judge=judge.public)
-    if not args.rejudge:
+    if not args.rejudge and not args.heldout:
         record.update(max_tokens=s.max_tokens, temperature=s.temperature)
     return ResearchQA(judge.model, load_items(args.data), s, record=record, roles=(judge,),
                       show_progress=not args.no_progress)
