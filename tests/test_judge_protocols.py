@@ -104,3 +104,15 @@ def test_the_config_picks_the_protocol_and_refuses_it_without_an_llm():
     assert type(build_criteria_judge(BATCHED, chat_factory=lambda c: ScriptedChatModel(["x"]))) is Judge
     with pytest.raises(ValueError, match="needs engine 'llm'"):
         RubricJudgeConfig(protocol="healthbench")
+
+
+def test_graded_verdicts_count_their_value_in_met_rates_overclaim_and_contrast():
+    from dynalize.rubrics.protocol import Graded, measure
+    from dynalize.rubrics.reweight import contrast
+
+    rubric = [Criterion("a", "x", 2.0), Criterion("p", "pitfall", -1.0)]
+    m = measure([Graded(rubric, {"a": 1.0, "p": 0.0}, {"a": 0.25, "p": 0.5})])
+    assert m["gold"] == pytest.approx((2 * 0.25 - 0.5) / 2) and m["proxy"] == 1.0
+    assert m["overclaim"] == pytest.approx(0.75)  # the proxy's 1.0 of credit, 0.75 of it not gold's
+    assert m["missed_pitfalls"] == 1.0 and m["gold_met/a"] == 0.25
+    assert contrast([{"a": 0.5}, {"a": 0.5}], ["a"]) == {"a": 1.0}  # p = 0.5, not "met" twice
