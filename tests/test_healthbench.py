@@ -186,7 +186,7 @@ def test_bootstrap_std_matches_the_official_computation_under_the_same_seed():
 def test_limit_samples_examples_as_num_examples_does():
     import random
 
-    examples = load_examples(DATA) * 1
+    examples = load_examples(DATA)
     assert [e.prompt_id for e in choose_examples(examples, 1)] == [random.Random(0).sample(examples, 1)[0].prompt_id]
     assert choose_examples(examples, 5) == examples
 

@@ -20,7 +20,7 @@ from dynalize.rewards import RubricTerm
 from dynalize.rubrics.config import RubricConfig, RubricJudgeConfig
 from dynalize.rubrics.criteria import Criterion
 from dynalize.types import Batch, Message, Rollout
-from test_rubric_term import RUBRIC, mentions
+from test_rubric_term import RUBRIC
 
 BATCHED = RubricJudgeConfig(engine="llm", chat={"engine": "scripted", "path": "x:y"})
 

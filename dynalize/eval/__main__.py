@@ -1,15 +1,17 @@
 """`python -m dynalize.eval --run RUN --bench eqbench|mindeval|healthbench|researchqa --judge SPEC ...`
 
 EQ-Bench and MindEval read a checkout of the benchmark (`--bench-dir`); HealthBench and
-ResearchQA a data file in the official format (`--data`). Evaluates every saved checkpoint of a run (or every N-th) with a benchmark protocol and writes
-`RUN/eval/<bench>.jsonl` (one line per checkpoint) and `RUN/eval/<bench>_raw/step_N.jsonl`.
-Rerun the same command to resume (failed judge calls are judged again). `--rejudge LABEL` rates
+ResearchQA a data file in the official format (`--data`), and with `--heldout` grade a rubric
+run's saved held-out replies instead of its checkpoints. Evaluates every saved checkpoint of a run
+(or every N-th) with a benchmark protocol and writes `RUN/eval/<bench>.jsonl` (one line per
+checkpoint) and `RUN/eval/<bench>_raw/step_N.jsonl`. Rerun the same command to resume (failed judge calls are judged again). `--rejudge LABEL` rates
 the saved generations again with another `--judge`, into `RUN/eval/<bench>@LABEL.jsonl`. SPEC
 (judge, patient) is a JSON object or a YAML/JSON file with a chat-model config and sampling keys,
 e.g. '{"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "judge"}'.
 
 Exit status: 0 when every checkpoint evaluated now is complete and scored; 1 when one has failed
-judge (or patient) calls, or no score; 2 for bad input or an endpoint that does not answer.
+judge (or patient) calls, no score, or a warning (e.g. ResearchQA items skipped as the official
+code skips them); 2 for bad input or an endpoint that does not answer.
 """
 
 from __future__ import annotations

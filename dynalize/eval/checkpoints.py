@@ -137,8 +137,9 @@ async def evaluate_run(run_dir: str | Path, bench: str, protocol: Benchmark, *, 
     `loader(path)` builds the policy sampler (default: `load_policy(path)`, the hf engine); it is
     called only when something is generated. `rejudge`: the label of another judge that rates the
     saved generations again (see the module's doc). `sources`: (step, what `loader` loads) to
-    evaluate instead of the checkpoints (a run's saved held-out replies, eval.heldout). Stops after a checkpoint whose every judge call
-    failed (its row says so); the protocol's endpoints are tried before the first checkpoint.
+    evaluate instead of the checkpoints (a run's saved held-out replies, eval.heldout). Stops
+    after a checkpoint whose every judge call failed (its row says so); the protocol's endpoints
+    are tried before the first checkpoint.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
