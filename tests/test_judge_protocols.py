@@ -116,3 +116,21 @@ def test_graded_verdicts_count_their_value_in_met_rates_overclaim_and_contrast()
     assert m["overclaim"] == pytest.approx(0.75)  # the proxy's 1.0 of credit, 0.75 of it not gold's
     assert m["missed_pitfalls"] == 1.0 and m["gold_met/a"] == 0.25
     assert contrast([{"a": 0.5}, {"a": 0.5}], ["a"]) == {"a": 1.0}  # p = 0.5, not "met" twice
+
+
+def test_a_researchqa_proxy_trains_on_its_graded_coverage():
+    rubric = [Criterion(f"k{i}", f"Covers topic {i}", 1.0) for i in range(3)]
+    grader = ScriptedChatModel(lambda m: "Completely\nBarely\nNot at all" if "good" in m[-1].content
+                               else "Barely\nBarely\nBarely")
+    judge = ResearchQAJudge(grader, BATCHED.model_copy(update={"protocol": "researchqa"}))
+    term = RubricTerm(RubricConfig(enabled=True), judge, None, steps=10)
+    b = Batch(1, [[Rollout(prompt_id="q", group=0, prompt_ids=[1], completion_ids=[2], logprobs=[0.0], loss_mask=[1],
+                           replies=[t], policy_version=0, messages=[Message("user", "Explain.")],
+                           meta={"rubric": [c.to_dict() for c in rubric]}, turns=[Message("assistant", t)])
+                   for t in ("a good answer", "a weak answer")]])
+    scores = anyio.run(term.score, b)
+    assert scores.values == [pytest.approx((1 + 0.25 + 0) / 3), pytest.approx(0.25)]
+    assert scores.info[0]["rubric_verdicts"] == [{"k0": 1.0, "k1": 0.25, "k2": 0.0}]
+    m = term.metrics()
+    assert m["rubric/full"] == pytest.approx((1.25 / 3 + 0.25) / 2)
+    assert m["rubric/met/k1"] == 0.25  # "Barely" on both replies: a quarter met, not met twice
