@@ -31,7 +31,7 @@ from ..judge.levels import RESEARCHQA
 from ..judge.researchqa import BATCH_SIZE, GRADER_SAMPLING, TRIES, batches, grade_batch
 from ..tasks.text import split_reasoning_tags
 from ..types import Message
-from .common import Benchmark, BenchmarkError, BenchResult, bootstrap_ci, mean_or_none, progress
+from .common import Benchmark, BenchmarkError, BenchResult, bootstrap_ci, progress
 from .heldout import saved_records
 from .policy import PolicySampler
 
@@ -192,7 +192,8 @@ def summarize(records: list[dict[str, Any]], s: ResearchQASettings) -> BenchResu
         warnings.append(f"{counts['skipped']} of {len(records)} items skipped, as the official code skips them "
                         f"({counts['count_mismatch']} batches kept giving the wrong number of ratings, "
                         f"{counts['unknown_labels']} gave a rating outside the five): the score is over the rest")
-    return BenchResult(score=mean_or_none(per), ci=bootstrap_ci(per, s.n_boot, seed=s.seed),
+    score = sum(per) / len(per) if per else None  # as there: a plain sum (fmean can differ in the last bit)
+    return BenchResult(score=score, ci=bootstrap_ci(per, s.n_boot, seed=s.seed),
                        criteria={d: sum(v) / len(v) for d, v in sorted(domains.items())}, counts=counts, raw=records,
                        failed=sum(r["status"] == "failed" for r in records), warnings=warnings)
 
