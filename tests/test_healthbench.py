@@ -205,3 +205,12 @@ def test_a_bad_row_is_refused_in_one_line(tmp_path, row, message):
     p.write_text(json.dumps(row) + "\n")
     with pytest.raises(BenchmarkError, match=message):
         load_examples(p)
+
+
+def test_rejudge_grades_every_item_again_and_keeps_the_answers():
+    first = run(RecordedGrader())
+    g = RecordedGrader({k: ['{"criteria_met": false}'] for k in RECORDED})
+    again = run(g, records=json.loads(json.dumps(first.raw)), rejudge=True)
+    assert len(g.requests) == 6 and again.score == 0.0 and again.raw[0]["score"] == 0.0
+    assert [r["completion"] for r in again.raw] == [r["completion"] for r in first.raw]
+    assert again.raw[0]["rubric_items"][0]["grader_replies"] == ['{"criteria_met": false}']
