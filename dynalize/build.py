@@ -23,7 +23,9 @@ from .hooks import declares
 from .loop import Parts
 from .penalties.buffer import PenaltyBuffer
 from .penalties.config import JudgeConfig, PenaltiesConfig
+from .judge.healthbench import HealthBenchJudge
 from .judge.judge import PENALTY_PROMPT, RUBRIC_PROMPT, Judge, RegexJudge
+from .judge.researchqa import ResearchQAJudge
 from .penalties.lexical import LexicalProposer
 from .penalties.proposer import LLMProposer
 from .plugins import import_object
@@ -176,12 +178,17 @@ def judge_chat(j: JudgeConfig, chat_factory=build_chat_model) -> ChatModel:
 def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: bool = True,
                          chat_factory=build_chat_model) -> Judge:
     """A judge of rubric criteria: local (regexes, then `predicate`) or an LLM, with the rubric or
-    the penalty prompt. `cache=False`: every verdict is asked anew (the gold judge)."""
+    the penalty prompt, asking each reply as `cfg.protocol` says (batched, or a benchmark's way).
+    `cache=False`: every verdict is asked anew (the gold judge)."""
     if not cache:
         cfg = cfg.model_copy(update={"cache_size": 0})
     predicate = import_object(cfg.predicate, "rubric judge predicate") if cfg.predicate else None
     chat = judge_chat(cfg, chat_factory) if cfg.engine == "llm" else None
     prompt = RUBRIC_PROMPT if cfg.prompt == "rubric" else PENALTY_PROMPT
+    if cfg.protocol == "healthbench":
+        return HealthBenchJudge(chat, cfg, domain=domain, attempts=cfg.attempts)
+    if cfg.protocol == "researchqa":
+        return ResearchQAJudge(chat, cfg, domain=domain, attempts=cfg.attempts, batch_size=cfg.batch_size)
     return Judge(chat, cfg, domain=domain, predicate=predicate, prompt=prompt)
 
 

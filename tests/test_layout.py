@@ -138,7 +138,19 @@ def test_engines_know_nothing_of_dynalize_and_pure_logic_imports_no_engine():
     for pure in ("dynalize.types", "dynalize.grpo", "dynalize.penalties.buffer", "dynalize.penalties.views",
                  "dynalize.penalties.lexical", "dynalize.penalties.candidate", "dynalize.rubrics.criteria",
                  "dynalize.rubrics.dropout", "dynalize.rubrics.reweight", "dynalize.rubrics.protocol",
-                 "dynalize.judge.saferegex", "dynalize.judge.prompting"):
+                 "dynalize.judge.saferegex", "dynalize.judge.prompting", "dynalize.judge.levels"):
         engines = {d for d in reaches(graph, pure) if d.startswith("dynalize.backends.") and d not in
                    {"dynalize.backends.base", "dynalize.backends.config"}}
         assert not engines, f"{pure} reaches engine modules {sorted(engines)}"
+
+
+def test_the_criteria_judge_is_its_own_package_of_modules_readable_in_one_sitting():
+    graph = import_graph()
+    for user in ("dynalize.rewards.rubric", "dynalize.rubrics.criteria", "dynalize.rubrics.protocol",
+                 "dynalize.eval.healthbench", "dynalize.eval.researchqa"):
+        assert not {d for d in graph[user] if d.startswith("dynalize.penalties")}, \
+            f"{user} imports from penalties/ (the judge lives in dynalize/judge/)"
+    for path in sorted((PACKAGE / "judge").glob("*.py")):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        assert n < 400, f"{path.relative_to(ROOT)} has {n} lines: split it"
+    assert not (PACKAGE / "penalties" / "judge.py").exists()

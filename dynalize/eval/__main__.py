@@ -1,14 +1,17 @@
-"""`python -m dynalize.eval --run RUN --bench eqbench|mindeval --bench-dir CHECKOUT --judge SPEC ...`
+"""`python -m dynalize.eval --run RUN --bench eqbench|mindeval|healthbench|researchqa --judge SPEC ...`
 
-Evaluates every saved checkpoint of a run (or every N-th) with a benchmark protocol and writes
-`RUN/eval/<bench>.jsonl` (one line per checkpoint) and `RUN/eval/<bench>_raw/step_N.jsonl`.
-Rerun the same command to resume (failed judge calls are judged again). `--rejudge LABEL` rates
+EQ-Bench and MindEval read a checkout of the benchmark (`--bench-dir`); HealthBench and
+ResearchQA a data file in the official format (`--data`), and with `--heldout` grade a rubric
+run's saved held-out replies instead of its checkpoints. Evaluates every saved checkpoint of a run
+(or every N-th) with a benchmark protocol and writes `RUN/eval/<bench>.jsonl` (one line per
+checkpoint) and `RUN/eval/<bench>_raw/step_N.jsonl`. Rerun the same command to resume (failed judge calls are judged again). `--rejudge LABEL` rates
 the saved generations again with another `--judge`, into `RUN/eval/<bench>@LABEL.jsonl`. SPEC
 (judge, patient) is a JSON object or a YAML/JSON file with a chat-model config and sampling keys,
 e.g. '{"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "judge"}'.
 
 Exit status: 0 when every checkpoint evaluated now is complete and scored; 1 when one has failed
-judge (or patient) calls, or no score; 2 for bad input or an endpoint that does not answer.
+judge (or patient) calls, no score, or a warning (e.g. ResearchQA items skipped as the official
+code skips them); 2 for bad input or an endpoint that does not answer.
 """
 
 from __future__ import annotations
@@ -25,17 +28,28 @@ from rich.table import Table
 
 from .checkpoints import eval_paths, evaluate_run, run_policy_config
 from .common import Benchmark, BenchmarkError
+from .heldout import SavedReplies, heldout_sources
 from .models import role_model
 from .policy import load_policy
 
-BENCHES = ("eqbench", "mindeval")
+BENCHES = ("eqbench", "mindeval", "healthbench", "researchqa")
+DATA_BENCHES = ("healthbench", "researchqa")
+"""Benchmarks read from a data file (`--data`) rather than a checkout (`--bench-dir`)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.eval", description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, help="run directory (runs/<name>)")
     ap.add_argument("--bench", required=True, choices=BENCHES)
-    ap.add_argument("--bench-dir", required=True, help="local checkout of the benchmark's repository")
+    ap.add_argument("--bench-dir", help="eqbench, mindeval: local checkout of the benchmark's repository")
+    ap.add_argument("--data", help="healthbench: the official JSONL (HealthBench, Hard or Consensus); "
+                                   "researchqa: a split (test.json)")
+    ap.add_argument("--attempts", type=int, help="healthbench: grader calls per rubric item (10); "
+                                                 "researchqa: calls per batch on a wrong count (3)")
+    ap.add_argument("--batch-size", type=int, help="researchqa: rubric items per grader call (8)")
+    ap.add_argument("--heldout", action="store_true",
+                    help="healthbench, researchqa: grade the run's saved held-out replies (rollouts/eval_*.jsonl) "
+                         "instead of checkpoints, into eval/<bench>_heldout.jsonl")
     ap.add_argument("--judge", required=True, help="judge chat model: JSON object or YAML/JSON file")
     ap.add_argument("--patient", help="mindeval: patient-simulator chat model (JSON or file)")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="policy generation engine")
@@ -59,7 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--iterations", type=int, default=3, help="eqbench: iterations per prompt")
     ap.add_argument("--min-chars", type=int, default=500, help="eqbench: shorter replies are retried")
     ap.add_argument("--turns", type=int, default=10, help="mindeval: clinician turns per conversation")
-    ap.add_argument("--temperature", type=float, default=1.0, help="mindeval: clinician sampling temperature")
+    ap.add_argument("--temperature", type=float,
+                    help="policy sampling temperature (mindeval 1.0, healthbench 0.5, researchqa 0.5)")
     ap.add_argument("--clinician-template", default="v0_1", help="mindeval: version key or constant name")
     ap.add_argument("--patient-template", default="v0_2", help="mindeval: version key or constant name")
     ap.add_argument("--judge-template", default="v0_1_w_length_guidelines", help="mindeval: version key or name")
@@ -68,7 +83,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.bench == "mindeval" and not args.patient and not args.rejudge:
         ap.error("--bench mindeval needs --patient (the patient-simulator chat model)")
-    for flag in ("every", "concurrency", "limit", "iterations", "turns", "max_tokens"):
+    if args.bench in DATA_BENCHES and not args.data:
+        ap.error(f"--bench {args.bench} needs --data (the benchmark's data file)")
+    if args.heldout and args.bench not in DATA_BENCHES:
+        ap.error("--heldout is for --bench healthbench or researchqa")
+    if args.heldout and args.base:
+        ap.error("--heldout grades saved replies: --base has nothing to grade")
+    if args.bench not in DATA_BENCHES and not args.bench_dir:
+        ap.error(f"--bench {args.bench} needs --bench-dir (a checkout of the benchmark's repository)")
+    for flag in ("every", "concurrency", "limit", "iterations", "turns", "max_tokens", "attempts", "batch_size"):
         v = getattr(args, flag)
         if v is not None and v < 1:
             ap.error(f"--{flag.replace('_', '-')} must be >= 1")
@@ -88,9 +111,20 @@ def build_protocol(args: argparse.Namespace) -> Benchmark:
     """The benchmark with its chat models (the protocol's defaults under each spec) and the settings
     recorded with each row."""
     show = not args.no_progress
-    settings: dict[str, Any] = {"bench_dir": os.path.abspath(args.bench_dir), "strict": args.strict, "seed": args.seed}
-    if not args.rejudge:
+    settings: dict[str, Any] = {"seed": args.seed}
+    if args.heldout:
+        settings["heldout"] = True  # the run's saved replies: nothing is generated
+    elif not args.rejudge:
         settings.update(limit=args.limit, engine=args.engine, dtype=policy_dtype(args))
+    if args.bench == "healthbench":
+        from . import healthbench
+
+        return healthbench.from_args(args, settings)
+    if args.bench == "researchqa":
+        from . import researchqa
+
+        return researchqa.from_args(args, settings)
+    settings.update(bench_dir=os.path.abspath(args.bench_dir), strict=args.strict)
     if args.bench == "eqbench":
         from .eqbench import JUDGE_SAMPLING, JUDGE_TIMEOUT, EQBench, EQBenchAssets, EQBenchSettings
 
@@ -112,7 +146,8 @@ def build_protocol(args: argparse.Namespace) -> Benchmark:
     if args.patient and not args.rejudge:
         patient = role_model(args.patient, "--patient", PATIENT_SAMPLING, concurrency=args.concurrency,
                              timeout=TIMEOUT)
-    s = MindEvalSettings(turns=args.turns, temperature=args.temperature, strict=args.strict, limit=args.limit,
+    temperature = 1.0 if args.temperature is None else args.temperature
+    s = MindEvalSettings(turns=args.turns, temperature=temperature, strict=args.strict, limit=args.limit,
                          seed=args.seed, max_tokens=args.max_tokens or 1024, judge_sampling=judge.sampling,
                          patient_sampling=patient.sampling if patient else {})
     if args.rejudge:  # the conversations are saved: no patient is called
@@ -126,6 +161,11 @@ def build_protocol(args: argparse.Namespace) -> Benchmark:
     roles = (judge,) if patient is None else (patient, judge)
     return MindEval(patient.model if patient else None, judge.model, assets, s, record=settings, roles=roles,
                     show_progress=show)
+
+
+def results_name(args: argparse.Namespace) -> str:
+    """What the results are filed under: the benchmark, `<bench>_heldout` for a run's saved replies."""
+    return f"{args.bench}_heldout" if getattr(args, "heldout", False) else args.bench
 
 
 def policy_dtype(args: argparse.Namespace) -> str:
@@ -156,8 +196,8 @@ def results_table(bench: str, rows: list[dict[str, Any]]) -> Table:
 
 def problems(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
     """One line per checkpoint evaluated now that is not a finished, scored result."""
-    name = args.bench if args.rejudge is None else f"{args.bench}@{args.rejudge}"
-    raw = eval_paths(args.run, args.bench, args.rejudge)[1]
+    name = results_name(args) if args.rejudge is None else f"{results_name(args)}@{args.rejudge}"
+    raw = eval_paths(args.run, results_name(args), args.rejudge)[1]
     out = []
     for r in rows:
         if not r["complete"]:
@@ -181,9 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     set_torch_threads()  # generation runs in a worker thread beside the event loop
     try:
         protocol = build_protocol(args)
-        rows = anyio.run(functools.partial(evaluate_run, args.run, args.bench, protocol, every=args.every,
+        loader, sources = policy_loader(args), None
+        if args.heldout:
+            loader, sources = SavedReplies, heldout_sources(args.run)
+        rows = anyio.run(functools.partial(evaluate_run, args.run, results_name(args), protocol, every=args.every,
                                            steps=_steps(args.steps), base=args.base, redo=args.redo,
-                                           loader=policy_loader(args), rejudge=args.rejudge))
+                                           loader=loader, rejudge=args.rejudge, sources=sources))
     except (BenchmarkError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -192,11 +235,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         torch.set_num_threads(threads)
-    summary = eval_paths(args.run, args.bench, args.rejudge)[0]
+    summary = eval_paths(args.run, results_name(args), args.rejudge)[0]
     if not rows:
         print(f"nothing to do: every selected checkpoint is already complete in {summary}")
         return 0
-    Console().print(results_table(args.bench, rows))
+    Console().print(results_table(results_name(args), rows))
     bad = problems(args, rows)
     for line in bad:
         print(f"error: {line}", file=sys.stderr)

@@ -130,13 +130,16 @@ def saved_steps(raw_dir: Path) -> list[tuple[int, Path]]:
 
 async def evaluate_run(run_dir: str | Path, bench: str, protocol: Benchmark, *, every: int | None = None,
                        steps: list[int] | None = None, base: bool = False, redo: bool = False,
-                       loader: PolicyLoader | None = None, rejudge: str | None = None) -> list[dict[str, Any]]:
+                       loader: PolicyLoader | None = None, rejudge: str | None = None,
+                       sources: list[tuple[int, str]] | None = None) -> list[dict[str, Any]]:
     """Run `protocol` on each selected checkpoint not evaluated completely yet; return the new rows.
 
     `loader(path)` builds the policy sampler (default: `load_policy(path)`, the hf engine); it is
     called only when something is generated. `rejudge`: the label of another judge that rates the
-    saved generations again (see the module's doc). Stops after a checkpoint whose every judge call
-    failed (its row says so); the protocol's endpoints are tried before the first checkpoint.
+    saved generations again (see the module's doc). `sources`: (step, what `loader` loads) to
+    evaluate instead of the checkpoints (a run's saved held-out replies, eval.heldout). Stops
+    after a checkpoint whose every judge call failed (its row says so); the protocol's endpoints
+    are tried before the first checkpoint.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -149,12 +152,14 @@ async def evaluate_run(run_dir: str | Path, bench: str, protocol: Benchmark, *, 
         if not todo:
             raise BenchmarkError(f"--rejudge: {source_raw} holds no saved generations (evaluate the run first)")
     else:
-        checkpoints = [(s, str(p)) for s, p in find_checkpoints(run_dir)]
-        todo = choose(checkpoints, every, steps, "complete checkpoint", {0} if base else set())
+        checkpoints = sources if sources is not None else [(s, str(p)) for s, p in find_checkpoints(run_dir)]
+        what = "complete checkpoint" if sources is None else "saved held-out evaluation"
+        todo = choose(checkpoints, every, steps, what, {0} if base else set())
         if base:
             todo.insert(0, (0, base_policy(run_dir)))
         if not todo:
-            raise BenchmarkError(f"--run: {run_dir} has no complete checkpoint to evaluate (checkpoints/step_*/policy)")
+            where = "checkpoints/step_*/policy" if sources is None else "rollouts/eval_*.jsonl"
+            raise BenchmarkError(f"--run: {run_dir} has no {what} to evaluate ({where})")
     summary_path, raw_dir = eval_paths(run_dir, bench, rejudge)
     previous = last_rows(summary_path)
     skipped = [s for s, _ in todo if not redo and row_complete(previous.get(s))]

@@ -34,9 +34,10 @@ from ..backends.chat import ChatJSONError, chat_json
 from ..errors import describe
 from ..types import Message
 from .config import JudgeConfig
-from .prompting import criteria_list, fence, new_nonce, penalty_list, render
+from .prompting import criteria_list, fence, new_nonce, penalty_list, render, transcript
 from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .stats import FailureWindow, JudgeStats
+from .usage import CountedChat
 from .verdicts import Checkable, Judgement, Predicate, parse_verdicts, salvage, verdict_problem, verdict_schema
 
 log = structlog.get_logger("dynalize.judge")
@@ -66,7 +67,9 @@ class Judge:
 
     def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None, *, domain: str = "",
                  predicate: Predicate | None = None, prompt: JudgePrompt = PENALTY_PROMPT):
-        self.chat = chat
+        self.stats = JudgeStats()
+        self.chat = CountedChat(chat, self.stats) if chat is not None else None
+        """The chat model, each request counted in `stats` (usage.CountedChat)."""
         self.predicate = predicate
         """Decides the checks without a regex locally (no LLM call)."""
         self.prompt = prompt
@@ -76,7 +79,6 @@ class Judge:
         is applied to the chat model by `dynalize.build` (a call waiting out a backoff holds no slot)."""
         self.domain = domain
         """The task's description (Task.description), shown in the prompt."""
-        self.stats = JudgeStats()
         self.last_error: str | None = None
         """Why the latest failed verdicts failed, in one line (shown when the run stops on failures)."""
         self.unusable_regexes: dict[str, str] = {}
@@ -108,6 +110,11 @@ class Judge:
         if semantic:
             await self._judge_semantic(texts, ctxs, semantic, buffer_version, out)
         return out
+
+    def context_of(self, conversation: Sequence[Message]) -> str | None:
+        """What this judge is shown of the conversation a reply answers: its transcript (system
+        messages left out) when `cfg.context`, else None. Protocol judges render it their way."""
+        return transcript(conversation) if self.cfg.context else None
 
     def keys(self, checks: Sequence[Checkable]) -> list[str]:
         """The answer's keys for `checks`: their ids, or `c1`..`cN` for a positional prompt."""

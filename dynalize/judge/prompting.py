@@ -85,3 +85,13 @@ def judge_inputs(owned: Iterable[tuple[Owner, "Rollout"]], context: bool
             contexts.append(transcript(conversation) if context else None)
             owners.append(owner)
     return texts, contexts, owners
+
+
+def load_verbatim(name: str) -> str:
+    """A benchmark's own prompt kept verbatim in `dynalize/judge/prompts/<name>.txt`: the leading
+    lines starting with `%%` (naming its source) are dropped, and the rest is stripped, as sent."""
+    text = resources.files("dynalize.judge").joinpath("prompts", f"{name}.txt").read_text("utf-8")
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith("%%"):
+        lines.pop(0)
+    return "".join(lines).strip()

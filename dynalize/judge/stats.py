@@ -10,7 +10,9 @@ from dataclasses import dataclass, fields
 @dataclass
 class JudgeStats:
     """Counters since the last reset: LLM calls, failed calls, calls cut by the time budget,
-    missing verdicts, cache hits, regex verdicts, regexes that ran past their time budget, latency."""
+    missing verdicts, cache hits, regex verdicts, regexes that ran past their time budget, latency;
+    and the requests a chat model really got (retries and re-asks included) with their characters
+    each way (`usage.CountedChat`)."""
 
     calls: int = 0
     failed_calls: int = 0
@@ -22,6 +24,9 @@ class JudgeStats:
     regex_timeouts: int = 0
     latency_sum: float = 0.0
     latency_max: float = 0.0
+    requests: int = 0
+    prompt_chars: int = 0
+    reply_chars: int = 0
 
     def metrics(self, prefix: str = "judge/") -> dict[str, float]:
         out = {f"{prefix}{f.name}": float(getattr(self, f.name))

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from ..backends.chat import parse_json
+from .levels import Verdict
 
 _TRUE = {"true", "yes", "y", "1", "triggered"}
 _FALSE = {"false", "no", "n", "0", "not triggered"}
-
 
 
 class Checkable(Protocol):
@@ -27,9 +27,10 @@ Predicate = Callable[[str, Any, str | None], bool]
 
 @dataclass
 class Judgement:
-    """Verdicts for one text (every penalty id present) and the ids the judge failed to decide."""
+    """Verdicts for one text (every penalty id present) and the ids the judge failed to decide.
+    A verdict is True/False, or a graded level's value in [0, 1] (`levels`, rubric criteria only)."""
 
-    verdicts: dict[str, bool]
+    verdicts: dict[str, Verdict]
     failed: set[str] = field(default_factory=set)
 
 

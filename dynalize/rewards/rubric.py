@@ -28,13 +28,12 @@ from typing import Any
 import anyio
 
 from ..judge.judge import Judge, Judgement
-from ..judge.prompting import judge_inputs
 from ..rubrics.config import ReweightConfig, RubricConfig
 from ..rubrics.criteria import Criterion, benchmark_score, rubric_from_meta, rubric_score
 from ..rubrics.dropout import DropoutSpec, Mask, anneal_factor, fraction_at, full_mask, keep_mask
 from ..rubrics.protocol import Graded, measure, met_rates
 from ..rubrics.reweight import Pow3rReweighter, PortReweighter, Reweighter
-from ..types import Batch, Rollout
+from ..types import Batch, Message, Rollout
 from .base import RewardTerm, TermScores
 
 
@@ -69,7 +68,15 @@ class _Request:
     criteria: list[Criterion]
     texts: list[str] = field(default_factory=list)
     contexts: list[str | None] = field(default_factory=list)
+    """What each text answers as saved (an anchor's), used where `conversations` has None."""
     owners: list[tuple[int, int]] = field(default_factory=list)
+    conversations: list[list[Message] | None] = field(default_factory=list)
+    """The conversation each text answers: each judge renders its own context from it."""
+
+    def contexts_for(self, judge: Judge) -> list[str | None]:
+        convs = self.conversations or [None] * len(self.texts)
+        ctxs = self.contexts or [None] * len(self.texts)
+        return [judge.context_of(c) if c is not None else x for c, x in zip(convs, ctxs)]
 
 
 class RubricTerm(RewardTerm):
@@ -190,17 +197,18 @@ class RubricTerm(RewardTerm):
     async def evaluate(self, batch: Batch) -> dict[str, float]:
         """The proxy/gold measurement on held-out replies: full rubrics, human weights. Each reply's
         verdicts and scores are recorded with it (`proxy_verdicts`, `gold_verdicts`, ...)."""
-        singles = [_Request(req.criteria, [t], [c], [o]) for gi, g in enumerate(batch.groups)
+        singles = [_Request(req.criteria, [t], [None], [o], [c]) for gi, g in enumerate(batch.groups)
                    for req in [self._request(rubric_of(g[0]), [(gi, i, r) for i, r in enumerate(g)])]
-                   for t, c, o in zip(req.texts, req.contexts, req.owners)]
+                   for t, c, o in zip(req.texts, req.conversations, req.owners)]
         proxy = [js[0] for js in await self._assess(self.judge, singles)]
+        out_cost = judge_cost("rubric/proxy_judge/", self.judge.stats, len(singles))
         self.judge.stats.reset()  # evaluation calls are not the next training step's
         gold: list[Judgement] | None = None
         anchors: list[_Request] = []
-        out: dict[str, float] = {}
+        out: dict[str, float] = dict(out_cost)
         if self.gold is not None:
-            anchors = [_Request([Criterion.from_dict(c) for c in a["criteria"]], [a["text"]], [a["context"]])
-                       for a in self.anchors]
+            anchors = [_Request([Criterion.from_dict(c) for c in a["criteria"]], [a["text"]], [a["context"]],
+                                [], [_conversation(a.get("conversation"))]) for a in self.anchors]
             order = _interleave(singles, anchors)  # the reviewers' check: old text among the new
             answers = {id(r): js[0] for r, js in zip(order, await self._assess(self.gold, order))}
             gold = [answers[id(s)] for s in singles]
@@ -208,6 +216,7 @@ class RubricTerm(RewardTerm):
                 out.update(self._anchor_metrics([answers[id(a)] for a in anchors]))
             elif self.cfg.eval_anchors:
                 out.update(self._choose_anchors(singles, gold))
+            out.update(judge_cost("rubric/gold_judge/", self.gold.stats, len(order)))
             self.gold.stats.reset()
         graded = [Graded(s.criteria, p.verdicts, (g or p).verdicts, p.failed | (g.failed if g else set()))
                   for s, p, g in zip(singles, proxy, gold or [None] * len(proxy))]
@@ -240,7 +249,9 @@ class RubricTerm(RewardTerm):
         k = min(self.cfg.eval_anchors, len(usable))
         picked = [usable[round(n * len(usable) / k)] for n in range(k)] if k else []
         self.anchors = [{"criteria": [c.to_dict() for c in s.criteria], "text": s.texts[0],
-                         "context": s.contexts[0], "gold": dict(g.verdicts)} for s, g in picked]
+                         "context": s.contexts_for(self.gold)[0] if self.gold else None,
+                         "conversation": [m.to_dict() for m in s.conversations[0] or []],
+                         "gold": dict(g.verdicts)} for s, g in picked]
         return self._anchor_metrics([Judgement(dict(a["gold"])) for a in self.anchors])
 
     def _anchor_metrics(self, now: list[Judgement]) -> dict[str, float]:
@@ -256,15 +267,21 @@ class RubricTerm(RewardTerm):
     # --- internals ------------------------------------------------------------------------------
 
     def _request(self, criteria: list[Criterion], rollouts: list[tuple[int, int, Rollout]]) -> _Request:
-        texts, contexts, owners = judge_inputs((((gi, i), r) for gi, i, r in rollouts), self.cfg.judge.context)
-        return _Request(criteria, texts, contexts, owners)
+        """Every policy reply of `rollouts` with the conversation it answers (each judge renders it)."""
+        req = _Request(criteria)
+        for gi, i, r in rollouts:
+            for conversation, reply in r.exchanges():
+                req.texts.append(reply)
+                req.conversations.append(list(conversation))
+                req.owners.append((gi, i))
+        return req
 
     async def _assess(self, judge: Judge, requests: list[_Request]) -> list[list[Judgement]]:
         """One `assess` per request, all at once (the judge bounds calls in flight)."""
         out: list[list[Judgement]] = [[] for _ in requests]
 
         async def one(k: int, req: _Request) -> None:
-            out[k] = await judge.assess(req.texts, req.criteria, rubric_key(req.criteria), req.contexts)
+            out[k] = await judge.assess(req.texts, req.criteria, rubric_key(req.criteria), req.contexts_for(judge))
 
         async with anyio.create_task_group() as tg:
             for k, req in enumerate(requests):
@@ -285,6 +302,24 @@ class RubricTerm(RewardTerm):
         self.anchors = list(state.get("anchors", []))
         if self.reweighter is not None:
             self.reweighter.load_state_dict(state.get("reweighter") or {})
+
+
+def judge_cost(prefix: str, stats: Any, replies: int) -> dict[str, float]:
+    """What a judge's evaluation cost: requests (retries and re-asks included) and characters
+    sent and received, in all and per reply graded (protocols compare by these)."""
+    if not replies:
+        return {}
+    out = {"requests": float(stats.requests), "prompt_chars": float(stats.prompt_chars),
+           "reply_chars": float(stats.reply_chars)}
+    out.update({f"{k}_per_reply": v / replies for k, v in list(out.items())})
+    return {f"{prefix}{k}": v for k, v in out.items()}
+
+
+def _conversation(saved: Any) -> list[Message] | None:
+    """An anchor's saved conversation (None for anchors saved before conversations were kept)."""
+    if not isinstance(saved, list):
+        return None
+    return [Message(m["role"], m["content"]) for m in saved]
 
 
 def _interleave(a: list[_Request], b: list[_Request]) -> list[_Request]:

@@ -85,12 +85,26 @@ class RubricJudgeConfig(JudgeConfig):
     that have no regex (e.g. a task's rule-based checker)."""
     prompt: Literal["rubric", "penalty"] = "rubric"
     """The prompt an LLM judge reads: `rubric` (prompts/rubric_judge_*.txt: criteria met or not)
-    or `penalty` (prompts/judge_*.txt: behaviours present or not)."""
+    or `penalty` (prompts/judge_*.txt: behaviours present or not). `batched` protocol only."""
+    protocol: Literal["batched", "healthbench", "researchqa"] = "batched"
+    """llm: how each reply is asked. `batched`: one call covering every criterion (our prompt,
+    yes/no); `healthbench`: one call per criterion with HealthBench's grader template, re-asked
+    until `criteria_met` is a boolean; `researchqa`: criteria in batches of 8 rated on
+    ResearchQA's five levels (graded verdicts), re-asked on a wrong count. The benchmark's own
+    score in the loop (docs/evaluation.md); set `chat` to the benchmark's grader sampling."""
+    attempts: int | None = Field(None, ge=1)
+    """healthbench / researchqa: grader calls per criterion (healthbench) or batch (researchqa)
+    before it fails. None: the protocol's (healthbench 10, a bound where the official code has
+    none; researchqa 3, the official)."""
+    batch_size: int = Field(8, ge=1)
+    """researchqa: criteria per call (the official 8)."""
 
     @model_validator(mode="after")
     def _predicate_is_local(self) -> "RubricJudgeConfig":
         if self.predicate and self.engine != "local":
             raise ValueError("predicate is for engine 'local' (an llm judge decides with its chat model)")
+        if self.protocol != "batched" and self.engine != "llm":
+            raise ValueError(f"protocol {self.protocol!r} asks an LLM grader: it needs engine 'llm'")
         return self
 
 

@@ -2,7 +2,8 @@
 
 An instance's rubric is a list of criteria k, each with a weight w_k (positive: desired;
 negative: a pitfall) and tags. A judge returns a binary verdict s_k ∈ {0, 1} per criterion
-("met": for a pitfall, that the reply shows it). The reward of one reply is
+("met": for a pitfall, that the reply shows it), or a graded level's value s_k ∈ [0, 1]
+(`judge.levels`: ResearchQA's five levels). The reward of one reply is
 
     R = Σ_k w_k s_k / Σ_{k: w_k > 0} w_k                                  (rubric_score)
 
@@ -21,6 +22,8 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..judge.levels import Verdict, credit
 
 META_KEY = "rubric"
 """The `Prompt.meta` key that holds a prompt's rubric."""
@@ -98,12 +101,12 @@ def rubric_from_meta(meta: Mapping[str, Any]) -> list[Criterion] | None:
     return criteria
 
 
-def rubric_score(criteria: Sequence[Criterion], met: Mapping[str, bool],
+def rubric_score(criteria: Sequence[Criterion], met: Mapping[str, Verdict],
                  keep: Collection[str] | None = None, weights: Mapping[str, float] | None = None) -> float:
     """R = Σ w_k s_k / Σ_{w_k > 0} w_k over the criteria in `keep` (all when None).
 
-    `weights` replaces the criteria's own weights (a reweighted training reward); a criterion
-    missing from `met` counts as not met. Raises RubricError when no kept criterion is positive.
+    `weights` replaces the criteria's own weights (a reweighted training reward); a verdict earns
+    `credit` (1/0, or a graded level's value); a criterion missing from `met` counts as not met. Raises RubricError when no kept criterion is positive.
     """
     num = den = 0.0
     for c in criteria:
@@ -113,7 +116,7 @@ def rubric_score(criteria: Sequence[Criterion], met: Mapping[str, bool],
         if w > 0:
             den += w
         if met.get(c.id, False):
-            num += w
+            num += w * credit(met[c.id])
     if den <= 0:
         raise RubricError("no kept criterion has a positive weight: the rubric score is undefined")
     return num / den

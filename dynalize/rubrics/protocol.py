@@ -11,6 +11,11 @@ policy never sees. Over a held-out set (out of distribution: other prompts, othe
                     misses: the other way a proxy can be exploited
     per criterion / per tag: met rates under both judges (`<judge>_met/<id>`, `<judge>_met/tag:<tag>`)
 
+Graded verdicts (a level's value in [0, 1], `judge.levels`) count as that much of "met": a met
+rate is the mean credit, and overclaim is the proxy's credit gold does not give,
+Σ max(0, proxy − gold) / Σ proxy (missed pitfalls likewise); for yes/no verdicts these are the
+counts above.
+
 A reply for which either judge failed a verdict is left out of every number (`unscored`):
 a failed verdict is not "unmet".
 """
@@ -22,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..judge.levels import Verdict, credit
 from .criteria import Criterion, benchmark_score, rubric_score
 
 
@@ -30,24 +36,24 @@ class Graded:
     """One reply's verdicts under both judges, on its full rubric."""
 
     criteria: Sequence[Criterion]
-    proxy: Mapping[str, bool]
-    gold: Mapping[str, bool]
+    proxy: Mapping[str, Verdict]
+    gold: Mapping[str, Verdict]
     failed: set[str] = field(default_factory=set)
     """Criterion ids either judge failed to decide."""
 
 
-def _rate(hits: int, n: int) -> float:
+def _rate(hits: float, n: float) -> float:
     return hits / n if n else 0.0
 
 
-def met_rates(replies: Sequence[tuple[Sequence[Criterion], Sequence[Mapping[str, bool]]]],
+def met_rates(replies: Sequence[tuple[Sequence[Criterion], Sequence[Mapping[str, Verdict]]]],
               per_criterion_limit: int = 64) -> list[dict[str, float]]:
     """Per judge, the met rate of each criterion id and each tag (`<id>`, `tag:<tag>`) over
     `replies`, each (criteria, [verdicts of judge 0, judge 1, ...]). Criterion ids are left out
     when more than `per_criterion_limit` distinct ones occur (ids unique per prompt say nothing
     summed over prompts); tags are always in."""
     n_judges = len(replies[0][1]) if replies else 0
-    counts: dict[str, list[int]] = defaultdict(lambda: [0] * (1 + n_judges))  # key → [n, met per judge]
+    counts: dict[str, list[float]] = defaultdict(lambda: [0.0] * (1 + n_judges))  # key → [n, met per judge]
     ids: set[str] = set()
     for criteria, verdicts in replies:
         for c in criteria:
@@ -56,7 +62,7 @@ def met_rates(replies: Sequence[tuple[Sequence[Criterion], Sequence[Mapping[str,
                 row = counts[key]
                 row[0] += 1
                 for j, v in enumerate(verdicts):
-                    row[1 + j] += bool(v.get(c.id))
+                    row[1 + j] += credit(v.get(c.id))
     out: list[dict[str, float]] = [{} for _ in range(n_judges)]
     for key, row in sorted(counts.items()):
         if key.startswith("tag:") or len(ids) <= per_criterion_limit:
@@ -78,16 +84,16 @@ def measure(graded: Sequence[Graded], per_criterion_limit: int = 64) -> dict[str
     out["proxy"], out["gold"] = benchmark_score(proxy), benchmark_score(gold)
     out["gap"] = out["proxy"] - out["gold"]
     out["proxy_raw"], out["gold_raw"] = statistics.fmean(proxy), statistics.fmean(gold)
-    claimed = overclaimed = present = missed = 0
+    claimed = overclaimed = present = missed = 0.0
     for g in scored:
         for c in g.criteria:
-            p, q = bool(g.proxy.get(c.id)), bool(g.gold.get(c.id))
-            if c.weight > 0 and p:
-                claimed += 1
-                overclaimed += not q
-            if c.weight < 0 and q:
-                present += 1
-                missed += not p
+            p, q = credit(g.proxy.get(c.id)), credit(g.gold.get(c.id))
+            if c.weight > 0:
+                claimed += p
+                overclaimed += max(0.0, p - q)
+            if c.weight < 0:
+                present += q
+                missed += max(0.0, q - p)
     out["overclaim"] = _rate(overclaimed, claimed)
     out["missed_pitfalls"] = _rate(missed, present)
     proxy_rates, gold_rates = met_rates([(g.criteria, [g.proxy, g.gold]) for g in scored], per_criterion_limit)

@@ -33,15 +33,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from ..judge.levels import credit
 from .criteria import Criterion
 
 
 def contrast(met: Sequence[Mapping[str, bool]], ids: Sequence[str]) -> dict[str, float]:
-    """c_k = 4 p_k (1 − p_k) over the replies `met` (one verdict dict per reply)."""
+    """c_k = 4 p_k (1 − p_k) over the replies `met` (one verdict dict per reply); p_k is the mean
+    credit (a graded verdict counts its level's value)."""
     n = len(met)
     out = {}
     for k in ids:
-        p = sum(bool(m.get(k, False)) for m in met) / n if n else 0.0
+        p = sum(credit(m.get(k, False)) for m in met) / n if n else 0.0
         out[k] = 4.0 * p * (1.0 - p)
     return out
 
