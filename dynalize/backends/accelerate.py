@@ -23,7 +23,7 @@ from .. import grpo
 from ..types import TrainSequence
 from .base import Learner
 from .hf import DTYPES
-from .sharding import grad_scaler, learner_accelerator, scaler_state
+from .sharding import grad_scaler, learner_accelerator, scaler_state, set_deepspeed_micro_batch
 
 
 def process_state() -> PartialState:
@@ -61,6 +61,7 @@ class AccelerateLearner(Learner):
             model.parameters(), lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay,
             betas=tuple(trainer_cfg.betas),
         )
+        set_deepspeed_micro_batch(self.accelerator, trainer_cfg.micro_batch_size)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.accelerator.register_save_state_pre_hook(drop_tied_weights)
         self.model.train()

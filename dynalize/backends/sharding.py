@@ -44,10 +44,22 @@ def learner_accelerator() -> Accelerator:
     return accelerator
 
 
+def set_deepspeed_micro_batch(accelerator: Accelerator, micro_batch_size: int) -> None:
+    """DeepSpeed sizes its batches from a dataloader the learner does not have: without this, a
+    config that leaves `train_micro_batch_size_per_gpu` on `auto` (as `accelerate config` writes
+    it) stops `prepare` with a ValueError. Each micro-batch is `trainer.micro_batch_size` rows."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if accelerator.distributed_type == DistributedType.DEEPSPEED and plugin is not None \
+            and plugin.is_auto("train_micro_batch_size_per_gpu"):
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = micro_batch_size
+
+
 def grad_scaler(accelerator: Accelerator) -> torch.amp.GradScaler:
-    """A float16 loss scaler. Under FSDP each rank checks only its own gradient shards for inf/NaN,
-    so the sharded scaler all-reduces that finding: every rank skips the same steps and keeps the
-    same scale. (DDP's gradients are the same on every rank: the plain scaler agrees by itself.)"""
+    """A float16 loss scaler whose skip decision every rank shares. Under FSDP each rank checks
+    only its own gradient shards for inf/NaN: the sharded scaler all-reduces that finding, so every
+    rank skips the same steps and keeps the same scale (FSDP1's flat shards need it; under FSDP2,
+    DTensor's unscale op reduces the finding as well). DDP's gradients are the same on every rank:
+    the plain scaler agrees by itself."""
     if accelerator.distributed_type == DistributedType.FSDP:
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
