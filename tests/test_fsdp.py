@@ -122,8 +122,7 @@ def consolidated(folder: Path, tmp: Path) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     dcp_to_torch_save(str(folder), str(tmp / "joined.pt"))
-    state = torch.load(tmp / "joined.pt", weights_only=True)
-    return {k.removeprefix("model."): v for k, v in state.items()} if "model" not in state else state["model"]
+    return torch.load(tmp / "joined.pt", weights_only=True)["model"]  # Accelerate saves {"model": state}
 
 
 def test_fsdp2_run_orchestrates_on_rank_0_checkpoints_shards_resumes_exactly_and_exports(tmp_path):
