@@ -8,9 +8,11 @@ three steps on fixed batches, then what the test compares, as files in OUT:
   own `full_tensor`, not the state-dict path `policy_state` takes).
 
 `--fp16-overflow`: a float16 policy, and at the second step rank 1 (only) finds an inf in its own
-gradient shard; a shared skip decision makes every rank skip that step.
+gradient shard; a shared skip decision makes every rank skip that step. `--save-after-2 DIR`:
+checkpoint into DIR after step 2 (and go on); `--resume DIR`: load DIR's checkpoint and train
+only step 3.
 
-    python tests/fsdp_learner.py OUT [--fp16-overflow]
+    python tests/fsdp_learner.py OUT [--fp16-overflow] [--save-after-2 DIR | --resume DIR]
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def poison_rank1_once(learner: AccelerateLearner) -> None:
     learner.scaler.unscale_ = unscale_
 
 
-def main(out: Path, fp16_overflow: bool) -> None:
+def main(out: Path, fp16_overflow: bool, save: str | None, resume: str | None) -> None:
     learner = AccelerateLearner(tiny.resolve("tiny:policy"), TrainerConfig(lr=1e-3, micro_batch_size=2),
                                 dtype="float16" if fp16_overflow else "float32")
     if fp16_overflow:
@@ -76,7 +78,15 @@ def main(out: Path, fp16_overflow: bool) -> None:
     report = {"distributed_type": str(learner.accelerator.distributed_type), "local_params": local,
               "total_params": total}
     if rank == 0:
-        report["metrics"] = [learner.train_step(b) for b in batches()]
+        if resume:
+            learner.load(resume)
+        report["metrics"] = []
+        for step, batch in enumerate(batches()):
+            if resume and step < 2:
+                continue
+            report["metrics"].append(learner.train_step(batch))
+            if save and step == 1:
+                learner.save(save)
         save_file(full(learner.policy_state()), str(out / "policy_state.safetensors"))
         learner.stop_followers()
     else:
@@ -92,4 +102,9 @@ def main(out: Path, fp16_overflow: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), "--fp16-overflow" in sys.argv[2:])
+    args = sys.argv[2:]
+
+    def value(flag: str) -> str | None:
+        return args[args.index(flag) + 1] if flag in args else None
+
+    main(Path(sys.argv[1]), "--fp16-overflow" in args, value("--save-after-2"), value("--resume"))

@@ -97,14 +97,25 @@ def test_fsdp2_shards_the_learner_trains_like_one_process_and_hands_the_generato
         torch.testing.assert_close(handed[name], weight, rtol=1e-5, atol=1e-5)
 
 
-def test_fsdp2_ranks_skip_an_overflowed_fp16_step_together(tmp_path):
-    launch(str(TESTS / "fsdp_learner.py"), str(tmp_path), "--fp16-overflow")
-    r0, r1 = ranks(tmp_path)
+def test_fsdp2_ranks_skip_an_overflowed_fp16_step_together_and_resume_with_their_scale(tmp_path):
+    straight, resumed, checkpoint = tmp_path / "straight", tmp_path / "resumed", tmp_path / "ckpt"
+    straight.mkdir(), resumed.mkdir()
+    launch(str(TESTS / "fsdp_learner.py"), str(straight), "--fp16-overflow", "--save-after-2", str(checkpoint))
+    r0, r1 = ranks(straight)
     # only rank 1 found the inf (in its own shard); both skipped step 2, and they keep one scale
     assert [m["skipped_step"] for m in r0["metrics"]] == [0.0, 1.0, 0.0]
     assert "grad_norm" not in r0["metrics"][1]
     assert r0["version"] == r1["version"] == 2
     assert r0["grad_scale"] == r1["grad_scale"] == 32768.0
+    assert json.loads((checkpoint / "learner.json").read_text())["grad_scaler"]["scale"] == 32768.0
+    # resumed from the checkpoint after step 2 (sharded weights and optimizer, the scale in
+    # learner.json), step 3 gives the same weights, bit for bit, and the same scale
+    launch(str(TESTS / "fsdp_learner.py"), str(resumed), "--fp16-overflow", "--resume", str(checkpoint))
+    q0, q1 = ranks(resumed)
+    assert q0["metrics"] == r0["metrics"][2:]
+    assert q0["grad_scale"] == q1["grad_scale"] == 32768.0 and q0["version"] == 2
+    a, b = load_file(straight / "gathered.safetensors"), load_file(resumed / "gathered.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 # --- whole runs ---------------------------------------------------------------------------------
