@@ -10,7 +10,8 @@ a `.tmp` folder, which is ignored.
 On resume the newest checkpoint whose files match its manifest, and that loads, is used; each
 damaged one is skipped with a warning that names what is wrong. With none left the run stops
 with one line. Nothing from a checkpoint is unpickled: the RNG state is JSON, and accelerate
-loads its optimizer and RNG files with `torch.load(weights_only=True)`.
+loads its optimizer and RNG files with `torch.load(weights_only=True)`. The one exception is a
+sharded (FSDP) `train_state/`: torch's distributed-checkpoint `.metadata` is read with pickle.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from .. import grpo
 from ..types import TrainSequence
 from .base import Learner
 from .hf import DTYPES
+from .sharding import grad_scaler, learner_accelerator, scaler_state, set_deepspeed_micro_batch
 
 
 def process_state() -> PartialState:
@@ -39,17 +40,20 @@ class AccelerateLearner(Learner):
     updates float32 weights and forward/backward run in `dtype` under torch.autocast (float16 with
     a gradient scaler); the weights handed to the generator (`policy_state`) are always in `dtype`.
     (Autocast here rather than Accelerator's `mixed_precision`, which is fixed once per process.)
+    A float16 step whose gradients overflow is skipped by the scaler: it does not count as a new
+    policy version and logs `skipped_step` 1 (and no grad_norm) instead. The scaler's state is
+    checkpointed in learner.json, so a resumed run continues with the scale it had reached.
     """
 
     def __init__(self, path: str, trainer_cfg: Any, temperature: float = 1.0, dtype: str = "float32",
                  accelerator: Accelerator | None = None):
-        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.accelerator = accelerator or learner_accelerator()
         self.cfg = trainer_cfg
         self.temperature = temperature
         self.dtype = DTYPES[dtype]
         master = trainer_cfg.master_weights == "float32"
         self.autocast = self.dtype if master and self.dtype != torch.float32 else None
-        self.scaler = torch.amp.GradScaler(self.accelerator.device.type) if self.autocast == torch.float16 else None
+        self.scaler = grad_scaler(self.accelerator) if self.autocast == torch.float16 else None
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if master else self.dtype)
         model.config.use_cache = False
@@ -57,6 +61,7 @@ class AccelerateLearner(Learner):
             model.parameters(), lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay,
             betas=tuple(trainer_cfg.betas),
         )
+        set_deepspeed_micro_batch(self.accelerator, trainer_cfg.micro_batch_size)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.accelerator.register_save_state_pre_hook(drop_tied_weights)
         self.model.train()
@@ -176,17 +181,21 @@ class AccelerateLearner(Learner):
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        skipped = False
         if self.scaler:
-            self.scaler.step(self.optimizer)
+            scale = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)  # skipped when a gradient is inf/NaN (on any rank)
             self.scaler.update()
+            skipped = self.scaler.get_scale() < scale  # the scale backs off exactly then
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.version += 1
+        if not skipped:
+            self.version += 1
         stats = acc.reduce(torch.tensor(list(totals.values()), device=acc.device), reduction="sum")
         loss, masked, ratio_sum, diff = stats.tolist()
         n = num_tokens.item()
-        return {
+        metrics = {
             "loss": loss,
             "grad_norm": float(grad_norm),
             "masked_frac": masked / n,
@@ -195,6 +204,11 @@ class AccelerateLearner(Learner):
             "loss_tokens": n,
             "processes": float(acc.num_processes),
         }
+        if self.scaler:
+            metrics.update({"skipped_step": float(skipped), "grad_scale": self.scaler.get_scale()})
+            if skipped:  # an overflowed gradient's norm is inf/NaN: it says nothing of the policy
+                del metrics["grad_norm"]
+        return metrics
 
     def _state(self, _: Any = None) -> dict[str, Any]:
         return self.accelerator.get_state_dict(self.model, unwrap=True)
@@ -209,7 +223,10 @@ class AccelerateLearner(Learner):
             out.mkdir(parents=True, exist_ok=True)
             self.unwrapped.save_pretrained(out / "policy", state_dict=state, safe_serialization=True)
             self.tokenizer.save_pretrained(out / "policy")
-            (out / "learner.json").write_text(json.dumps({"version": self.version}))
+            learner = {"version": self.version}
+            if self.scaler:
+                learner["grad_scaler"] = scaler_state(self.scaler)
+            (out / "learner.json").write_text(json.dumps(learner))
         acc.wait_for_everyone()
         acc.save_state(str(out / "train_state"))
         acc.wait_for_everyone()
@@ -217,7 +234,10 @@ class AccelerateLearner(Learner):
     def _load(self, directory: str) -> None:
         src = Path(directory)
         self.accelerator.load_state(str(src / "train_state"))
-        self.version = json.loads((src / "learner.json").read_text())["version"]
+        learner = json.loads((src / "learner.json").read_text())
+        self.version = learner["version"]
+        if self.scaler and "grad_scaler" in learner:  # checkpoints from before it start at the initial scale
+            self.scaler.load_state_dict(learner["grad_scaler"])
 
 
 def drop_tied_weights(models: list[torch.nn.Module], weights: list[dict[str, Any]], _output_dir: str) -> None:
