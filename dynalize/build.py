@@ -7,6 +7,7 @@ every engine receives a model directory. Settings live in the config modules
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,8 @@ def check_config(cfg: RunConfig) -> None:
         _check_model_dir("reward_model.path", rm.path)
     if cfg.trainer.kl.active and cfg.trainer.kl.reference:
         _check_model_dir("trainer.kl.reference", cfg.trainer.kl.reference)
+    if cfg.policy.lora is not None and importlib.util.find_spec("peft") is None:
+        raise ConfigError("config error: policy.lora needs peft, which is not installed: pip install 'dynalize[lora]'")
     if cfg.trainer.kl.active and cfg.trainer.kl.reference and cfg.policy.lora:
         raise ConfigError("config error: trainer.kl.reference must be null with policy.lora (the reference is "
                           "the base with its adapters off)")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
@@ -121,13 +121,14 @@ class LossConfig(Section):
     std_normalize: bool = False
     """Divide advantages by the group's reward std (off by default, as in Dr. GRPO / prime-rl)."""
 
-    @model_validator(mode="after")
-    def _known_loss(self) -> LossConfig:
-        module, sep, attr = self.name.partition(":")
-        if self.name not in BUILTIN_LOSSES and not (sep and module.strip() and attr.strip()):
-            raise ValueError(f"loss.name must be one of {', '.join(BUILTIN_LOSSES)} or 'module:function', "
-                             f"got {self.name!r}")
-        return self
+    @field_validator("name")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        module, sep, attr = name.partition(":")
+        if name not in BUILTIN_LOSSES and not (sep and module.strip() and attr.strip()):
+            raise ValueError(f"should be {' or '.join(repr(n) for n in BUILTIN_LOSSES)}, or 'module:function' "
+                             f"for a loss of one's own; got {name!r}")
+        return name
 
 
 class ReferenceKLConfig(Section):
