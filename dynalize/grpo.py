@@ -121,8 +121,15 @@ def token_logprobs(logits: Tensor, input_ids: Tensor, temperature: float = 1.0,
     to the logits is the (batch, seq) result plus one slice, never a float32 copy of the whole
     logits tensor (batch × seq × vocabulary; 2.4 GB for 4 × 1,000 tokens at Qwen3's vocabulary).
     """
-    picked = _TokenLogprobs.apply(logits, input_ids, float(temperature), int(chunk_elements))
+    picked = _TokenLogprobs.apply(logits, input_ids[:, 1:], float(temperature), int(chunk_elements))
     return torch.nn.functional.pad(picked, (1, 0), value=0.0)
+
+
+def target_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0,
+                    chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
+    """log p(targets[b, i]) under logits[b, i] / temperature (logits already at the positions that
+    predict them, e.g. from `logits_to_keep` indices), in the same float32 slices."""
+    return _TokenLogprobs.apply(logits, targets, float(temperature), int(chunk_elements))
 
 
 def _slices(batch: int, length: int, vocab: int, chunk_elements: int):
@@ -134,14 +141,14 @@ def _slices(batch: int, length: int, vocab: int, chunk_elements: int):
 
 
 class _TokenLogprobs(torch.autograd.Function):
-    """log_softmax(logits[:, :-1] / T) at input_ids[:, 1:], one slice at a time. Backward keeps
+    """log_softmax(logits[:, i] / T) at targets[:, i] for the first targets.shape[1] positions,
+    one slice at a time (the positions after them, if any, get no gradient). Backward keeps
     only the logits (already held by the model's graph) and the per-token log-normaliser, and
     rebuilds each slice's softmax: ∂/∂logits = (onehot(target) − softmax) · grad / T."""
 
     @staticmethod
-    def forward(ctx, logits: Tensor, input_ids: Tensor, temperature: float, chunk_elements: int) -> Tensor:
-        batch, length, vocab = logits.shape[0], logits.shape[1] - 1, logits.shape[2]
-        targets = input_ids[:, 1:]
+    def forward(ctx, logits: Tensor, targets: Tensor, temperature: float, chunk_elements: int) -> Tensor:
+        batch, length, vocab = logits.shape[0], targets.shape[1], logits.shape[2]
         picked = torch.empty(batch, length, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(picked)
         for b, s, e in _slices(batch, length, vocab, chunk_elements):
@@ -157,8 +164,8 @@ class _TokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         logits, targets, lse = ctx.saved_tensors
         temperature = ctx.temperature
-        grad = torch.zeros_like(logits)  # the last position predicts nothing: its gradient is 0
-        batch, length, vocab = logits.shape[0], logits.shape[1] - 1, logits.shape[2]
+        grad = torch.zeros_like(logits)  # positions past the targets (the last one) get 0
+        batch, length, vocab = logits.shape[0], targets.shape[1], logits.shape[2]
         for b, s, e in _slices(batch, length, vocab, ctx.chunk_elements):
             g = grad_out[b, s:e].float().unsqueeze(-1)
             part = logits[b, s:e].to(torch.float32, copy=True)  # one float32 slice, worked in place

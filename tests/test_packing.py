@@ -22,12 +22,20 @@ def test_padding_share_counts_what_padding_costs():
     assert packing.padding_share([2, 4], [[0, 1]], packed=True) == 0.0
 
 
-def test_unpack_puts_each_sequence_back_in_its_padded_row():
+def test_packed_inputs_restart_positions_and_predict_only_policy_tokens():
     import torch
 
-    values = torch.arange(1.0, 8.0).unsqueeze(0)  # sequences of 3 and 4 tokens, packed
-    out = packing.unpack(values, torch.tensor([0, 3]), torch.tensor([3, 4]), width=4)
-    assert out.tolist() == [[0.0, 2.0, 3.0, 0.0], [0.0, 5.0, 6.0, 7.0]]
+    from dynalize.types import TrainSequence
+
+    a = TrainSequence([5, 6, 7], [0, 1, 1], [0.0] * 3, 1.0)
+    b = TrainSequence([8, 9, 10, 11], [0, 1, 0, 1], [0.0] * 4, 1.0)
+    t = packing.packed_inputs([a, b], torch.device("cpu"))
+    assert t["packed_ids"].tolist() == [[5, 6, 7, 8, 9, 10, 11]]
+    assert t["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3]]
+    assert t["predict_at"].tolist() == [0, 1, 3, 5]  # the position before each policy token
+    assert t["targets"].tolist() == [[6, 7, 9, 11]]
+    out = packing.unpack(torch.tensor([[1.0, 2.0, 3.0, 4.0]]), t["rows"], t["cols"], (2, 4))
+    assert out.tolist() == [[0.0, 1.0, 2.0, 0.0], [0.0, 3.0, 0.0, 4.0]]
 
 
 @pytest.mark.parametrize("make_batch", [mixed_batch, multiturn_batch], ids=["mixed_lengths", "multi_turn"])

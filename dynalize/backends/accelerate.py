@@ -111,7 +111,7 @@ class AccelerateLearner(Learner):
         """The loss side padded to the longest sequence; the model's input padded too, or packed."""
         t = self._padded(seqs)
         if self.cfg.micro_batch_tokens is not None:
-            t.update(packing.packed_inputs([s.input_ids for s in seqs], self.accelerator.device))
+            t.update(packing.packed_inputs(seqs, self.accelerator.device))
         return t
 
     def _padded(self, seqs: list[TrainSequence]) -> dict[str, torch.Tensor]:
@@ -133,13 +133,15 @@ class AccelerateLearner(Learner):
     def _logprobs(self, t: dict[str, torch.Tensor], first: int, model: Any = None) -> torch.Tensor:
         """Per-token logprobs of `model` (default: the policy), aligned to input_ids (sequences,
         width). Padded: logits are computed only from the position before the micro-batch's
-        first policy token on (long prompts cost no vocabulary-sized rows). Packed: the whole row."""
+        first policy token on (long prompts cost no vocabulary-sized rows). Packed: only where the
+        next token is a policy token (0 elsewhere)."""
         model = model or self.model
         width = t["input_ids"].shape[1]
         if "packed_ids" in t:
-            logits = model(input_ids=t["packed_ids"], position_ids=t["position_ids"]).logits
-            flat = grpo.token_logprobs(logits, t["packed_ids"], self.temperature)
-            return packing.unpack(flat, t["starts"], t["lengths"], width)
+            logits = model(input_ids=t["packed_ids"], position_ids=t["position_ids"],
+                           logits_to_keep=t["predict_at"]).logits
+            picked = grpo.target_logprobs(logits, t["targets"], self.temperature)
+            return packing.unpack(picked, t["rows"], t["cols"], tuple(t["input_ids"].shape))
         keep = width - first + 1
         logits = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], logits_to_keep=keep).logits
         tail = grpo.token_logprobs(logits, t["input_ids"][:, width - keep :], self.temperature)

@@ -5,12 +5,14 @@ transformers reads restarting position ids (with no attention mask) as packed se
 token attends only to the earlier tokens of its own sequence (flash-attention's varlen kernels
 where installed, a block-diagonal causal mask for SDPA and eager attention, which is the CPU
 path). The loss side stays padded, (sequences, longest): only the model's input is packed, so
-the loss, its normalisation and the metrics are those of the padded path.
+the loss, its normalisation and the metrics are those of the padded path. Logits are computed
+only where the next token is a policy token (`logits_to_keep` as indices).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -33,33 +35,38 @@ def pack(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return [sorted(b) for b in bins]
 
 
-def packed_inputs(rows: Sequence[Sequence[int]], device: torch.device) -> dict[str, torch.Tensor]:
-    """One packed row: `packed_ids` and `position_ids` of shape (1, total tokens), and each
-    sequence's `starts` in it."""
-    ids = [t for r in rows for t in r]
-    positions = [p for r in rows for p in range(len(r))]
-    starts, at = [], 0
-    for r in rows:
-        starts.append(at)
-        at += len(r)
+def packed_inputs(seqs: Sequence[Any], device: torch.device) -> dict[str, torch.Tensor]:
+    """One packed row of `seqs` (TrainSequences): `packed_ids` and `position_ids`, shape
+    (1, total tokens); `predict_at`, the row positions whose next token is a policy token (the
+    only ones the model computes logits for: prompts and user turns cost no vocabulary-sized
+    rows); `targets`, those next tokens; `rows` and `cols`, where each lands in the padded layout."""
+    ids, positions, predict_at, rows, cols = [], [], [], [], []
+    for i, s in enumerate(seqs):
+        start = len(ids)
+        ids += s.input_ids
+        positions += range(len(s.input_ids))
+        for p in range(1, len(s.input_ids)):
+            if s.loss_mask[p]:
+                predict_at.append(start + p - 1)
+                rows.append(i)
+                cols.append(p)
+    packed = torch.tensor([ids], dtype=torch.long, device=device)
+    at = torch.tensor(predict_at, dtype=torch.long, device=device)
     return {
-        "packed_ids": torch.tensor([ids], dtype=torch.long, device=device),
+        "packed_ids": packed,
         "position_ids": torch.tensor([positions], dtype=torch.long, device=device),
-        "starts": torch.tensor(starts, dtype=torch.long, device=device),
-        "lengths": torch.tensor([len(r) for r in rows], dtype=torch.long, device=device),
+        "predict_at": at,
+        "targets": packed[:, at + 1],
+        "rows": torch.tensor(rows, dtype=torch.long, device=device),
+        "cols": torch.tensor(cols, dtype=torch.long, device=device),
     }
 
 
-def unpack(values: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """Per-token values of a packed row (1, total) as the padded layout (sequences, width):
-    row i holds its sequence's values at positions 1 .. length − 1, zeros elsewhere (position 0
-    predicts from the previous sequence's last token in the row: it is never a policy token)."""
-    total = values.shape[1]
-    flat = torch.nn.functional.pad(values[0], (0, 1), value=0.0)  # index `total` reads 0
-    j = torch.arange(width, device=values.device).unsqueeze(0)
-    index = starts.unsqueeze(1) + j
-    inside = (j >= 1) & (j < lengths.unsqueeze(1))
-    return flat[torch.where(inside, index, torch.full_like(index, total))]
+def unpack(values: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """The policy tokens' values (1, K) of a packed row in the padded layout `shape`
+    (sequences, width); every other position (prompt, user turns, padding) holds 0."""
+    flat = torch.zeros(shape[0] * shape[1], dtype=values.dtype, device=values.device)
+    return flat.index_put((rows * shape[1] + cols,), values[0]).view(shape)
 
 
 def padding_share(lengths: Sequence[int], groups: Sequence[Sequence[int]], packed: bool) -> float:
