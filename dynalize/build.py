@@ -332,4 +332,5 @@ def build_learner(cfg: RunConfig):
     kl = cfg.trainer.kl
     reference = model_dir(kl.reference) if kl.active and kl.reference else None
     return AccelerateLearner(model_dir(cfg.policy.path), cfg.trainer, temperature=cfg.generator.temperature,
-                             dtype=cfg.policy.dtype, lora=cfg.policy.lora, loss_fn=loss_fn, reference=reference)
+                             dtype=cfg.policy.dtype, lora=cfg.policy.lora, loss_fn=loss_fn, reference=reference,
+                             seed=cfg.seed)

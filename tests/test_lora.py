@@ -7,6 +7,7 @@ from transformers import AutoModelForCausalLM
 
 from dynalize import tiny
 from dynalize.config import LoraConfig, TrainerConfig
+from dynalize.backends.accelerate import AccelerateLearner
 from learnerkit import learner, mixed_batch, step_with_grads
 
 LORA = LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
@@ -68,3 +69,11 @@ def test_lora_reference_kl_uses_the_base_with_adapters_off():
     second = lrn.train_step(mixed_batch())["kl/ref"]
     assert first == pytest.approx(0.0, abs=1e-9)  # B = 0 at the start: the adapted model is the base
     assert second > 0
+
+
+def test_the_adapters_start_from_the_seed_whatever_the_global_rng():
+    torch.manual_seed(123)
+    a = learner(TrainerConfig(), lora=LORA).unwrapped.state_dict()
+    torch.rand(1000)
+    b = AccelerateLearner(tiny.resolve("tiny:policy"), TrainerConfig(), lora=LORA).unwrapped.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -46,12 +46,14 @@ class AccelerateLearner(Learner):
     `lora` (policy.lora) trains peft adapters on a frozen base (loaded in `dtype`; peft keeps the
     adapters in float32); `loss_fn` replaces the built-in loss (`trainer.loss.name:
     module:function`); `reference` is the model directory of the KL reference (`trainer.kl`;
-    with LoRA the base with adapters off is used instead). docs/learner.md.
+    with LoRA the base with adapters off is used instead); `seed` draws the adapters' initial
+    weights. docs/learner.md.
     """
 
     def __init__(self, path: str, trainer_cfg: Any, temperature: float = 1.0, dtype: str = "float32",
                  accelerator: Accelerator | None = None, lora: Any = None,
-                 loss_fn: Callable[..., grpo.LossOutput] | None = None, reference: str | None = None):
+                 loss_fn: Callable[..., grpo.LossOutput] | None = None, reference: str | None = None,
+                 seed: int = 0):
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.cfg = trainer_cfg
         self.temperature = temperature
@@ -67,7 +69,7 @@ class AccelerateLearner(Learner):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype)
         model.config.use_cache = False
         if lora is not None:
-            model = lora_adapters.add_adapters(model, lora)
+            model = lora_adapters.add_adapters(model, lora, seed)
         if trainer_cfg.disable_dropout:
             disable_dropout(model)
         optimizer = torch.optim.AdamW(

@@ -13,14 +13,17 @@ from typing import Any
 import torch
 
 
-def add_adapters(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
+def add_adapters(model: torch.nn.Module, lora: Any, seed: int = 0) -> torch.nn.Module:
     """`model` wrapped by peft with trainable LoRA adapters (`lora`: r, alpha, dropout,
-    target_modules); the base weights are frozen."""
+    target_modules); the base weights are frozen. The adapters' random initialisation (A; B
+    starts at 0) is drawn from `seed`, whatever the global RNG's state: two runs start alike."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=lora.target_modules, task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, config)
 
 
 def merged_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
