@@ -10,9 +10,9 @@ step equals the one-process step on the same batch (up to float summation order)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import torch
