@@ -32,9 +32,6 @@ class PeakNewMemory(TorchDispatchMode):
         self.now = self.peak = 0
         self.known: set[int] = set()
 
-    def __enter__(self):
-        return super().__enter__()
-
     def remember(self, *tensors):
         """Storages that exist already (the inputs)."""
         for t in tensors:
