@@ -31,7 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rank", type=int, default=16)
     args = p.parse_args(argv)
-    import torch
     from rich.console import Console
     from rich.table import Table
 

@@ -1,7 +1,6 @@
 """The learner's options: a loss by import path, the reference KL, dropout off for the ratio."""
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
