@@ -39,7 +39,7 @@ class LoraConfig(Section):
 
 
 class PolicyConfig(Section):
-    """The model being trained: where it is and its dtype."""
+    """The model being trained: where it is, its dtype, and optionally LoRA adapters."""
 
     path: str = "tiny:policy"
     """Model directory, or `tiny:<name>` for a tiny model built locally (see dynalize.tiny)."""
@@ -152,7 +152,7 @@ class ReferenceKLConfig(Section):
 
 
 class TrainerConfig(Section):
-    """The learner: optimizer, gradient clipping, micro-batching, loss."""
+    """The learner: optimizer, gradient clipping, micro-batching or packing, loss, reference KL (docs/learner.md)."""
 
     lr: float = Field(1e-6, gt=0)
     """AdamW learning rate (constant)."""
