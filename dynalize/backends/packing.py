@@ -2,9 +2,9 @@
 end to end, position ids restarting at every sequence.
 
 transformers reads restarting position ids (with no attention mask) as packed sequences: each
-token attends only to the earlier tokens of its own sequence (flash-attention's varlen kernels
-where installed, a block-diagonal causal mask for SDPA and eager attention, which is the CPU
-path). The loss side stays padded, (sequences, longest): only the model's input is packed, so
+token attends only to the earlier tokens of its own sequence (a block-diagonal causal mask for
+SDPA and eager attention, the default and the CPU path; flash-attention 2's varlen kernels for a
+model loaded with it). The loss side stays padded, (sequences, longest): only the model's input is packed, so
 the loss, its normalisation and the metrics are those of the padded path. Logits are computed
 only where the next token is a policy token (`logits_to_keep` as indices).
 """
