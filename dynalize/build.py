@@ -7,6 +7,7 @@ every engine receives a model directory. Settings live in the config modules
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +286,13 @@ def check_config(cfg: RunConfig) -> None:
     rm = cfg.reward_model
     if rm.enabled and rm.engine == "hf" and rm.path:
         _check_model_dir("reward_model.path", rm.path)
+    if cfg.trainer.kl.active and cfg.trainer.kl.reference:
+        _check_model_dir("trainer.kl.reference", cfg.trainer.kl.reference)
+    if cfg.policy.lora is not None and importlib.util.find_spec("peft") is None:
+        raise ConfigError("config error: policy.lora needs peft, which is not installed: pip install 'dynalize[lora]'")
+    if cfg.trainer.kl.active and cfg.trainer.kl.reference and cfg.policy.lora:
+        raise ConfigError("config error: trainer.kl.reference must be null with policy.lora (the reference is "
+                          "the base with its adapters off)")
 
 
 def _check_model_dir(key: str, path: str) -> None:
@@ -300,7 +308,6 @@ def _check_model_dir(key: str, path: str) -> None:
 
 def build_parts(cfg: RunConfig) -> Parts:
     """Task, generator, learner, reward terms and run directory: everything the loop joins."""
-    from .backends.accelerate import AccelerateLearner
     from .backends.hf import load_tokenizer
 
     check_config(cfg)
@@ -314,6 +321,23 @@ def build_parts(cfg: RunConfig) -> Parts:
                           f"prompts to evaluate on (set eval_every: 0, or give the task held-out prompts)")
     terms = build_reward_terms(cfg, task)
     policy = model_dir(cfg.policy.path)
-    learner = AccelerateLearner(policy, cfg.trainer, temperature=cfg.generator.temperature, dtype=cfg.policy.dtype)
+    learner = build_learner(cfg)
     return Parts(cfg=cfg, task=task, tokenizer=load_tokenizer(policy), generator=build_generator(cfg, policy),
                  learner=learner, terms=terms, run=RunDir(cfg.run_dir))
+
+
+def build_learner(cfg: RunConfig):
+    """The Accelerate learner of `cfg` (every training process builds one): LoRA, a loss named by
+    import path (ConfigError if it cannot be imported), the KL reference's model directory."""
+    from .backends.accelerate import AccelerateLearner
+    from .config import BUILTIN_LOSSES
+
+    loss = cfg.trainer.loss.name
+    loss_fn = None if loss in BUILTIN_LOSSES else import_object(loss, "loss function (trainer.loss.name)")
+    if loss_fn is not None and not callable(loss_fn):
+        raise ConfigError(f"config error: trainer.loss.name {loss!r} is not a function")
+    kl = cfg.trainer.kl
+    reference = model_dir(kl.reference) if kl.active and kl.reference else None
+    return AccelerateLearner(model_dir(cfg.policy.path), cfg.trainer, temperature=cfg.generator.temperature,
+                             dtype=cfg.policy.dtype, lora=cfg.policy.lora, loss_fn=loss_fn, reference=reference,
+                             seed=cfg.seed)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
@@ -24,13 +24,31 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, hide_input_in_errors=True)
 
 
+class LoraConfig(Section):
+    """LoRA adapters trained through peft instead of the full weights (docs/learner.md)."""
+
+    r: int = Field(16, gt=0)
+    """Rank of each adapter."""
+    alpha: float = Field(32.0, gt=0)
+    """Scale numerator: the update is (alpha / r) · B·A."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input while training (zeroed with `trainer.disable_dropout`)."""
+    target_modules: list[str] | str = "all-linear"
+    """Modules that get adapters: names (e.g. [q_proj, v_proj]) or peft's `all-linear` (every
+    linear layer but the output head)."""
+
+
 class PolicyConfig(Section):
-    """The model being trained: where it is and its dtype."""
+    """The model being trained: where it is, its dtype, and optionally LoRA adapters."""
 
     path: str = "tiny:policy"
     """Model directory, or `tiny:<name>` for a tiny model built locally (see dynalize.tiny)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Parameter dtype of learner and generator."""
+    lora: LoraConfig | None = None
+    """Train LoRA adapters (peft) on the frozen base instead of all weights: the optimizer holds
+    the adapters' state only; the generator and `policy/` checkpoints get merged weights, the
+    checkpoint's `adapter/` the adapter alone. Off (null) by default."""
 
 
 class GeneratorConfig(Section):
@@ -77,23 +95,64 @@ class RewardModelConfig(Section):
     """Longest RM input in tokens; longer inputs are truncated (from the left for chats)."""
 
 
+BUILTIN_LOSSES = ("prime", "ppo_clip")
+
+
 class LossConfig(Section):
     """The policy-gradient loss and how advantages are scaled."""
 
-    name: Literal["prime", "ppo_clip"] = "prime"
-    """`prime`: prime-rl's masked token-level IS loss. `ppo_clip`: PPO's clipped surrogate."""
+    name: str = "prime"
+    """`prime`: prime-rl's masked token-level IS loss. `ppo_clip`: PPO's clipped surrogate. Or
+    `module:function`, a loss of one's own: called as `function(logprobs, gen_logprobs,
+    advantages, loss_mask, num_loss_tokens, **kwargs)` like the built-in ones (dynalize/grpo.py),
+    it returns a `grpo.LossOutput` (worked example: docs/learner.md)."""
+    kwargs: dict[str, Any] = {}
+    """`module:function` losses: keyword arguments passed to the function."""
     mask_threshold: float = Field(0.2, gt=0)
     """prime: mask tokens where π_θ − π_gen > t with A > 0, or < −t with A < 0."""
     log_ratio_coef: float = Field(1e-3, ge=0)
     """prime: weight of the (log r)² term."""
+    kl_mask_type: Literal["all", "unmasked", "masked"] = "all"
+    """prime: the tokens the (log r)² term acts on, as prime-rl names them: `all` policy tokens
+    (prime-rl's default), `unmasked` (inside the trust region only: a masked token gets no
+    gradient at all, dynalize's behaviour before this option) or `masked` (outside it only)."""
     clip_eps: float = Field(0.2, gt=0)
     """ppo_clip: clip the ratio to [1 − eps, 1 + eps]."""
     std_normalize: bool = False
     """Divide advantages by the group's reward std (off by default, as in Dr. GRPO / prime-rl)."""
 
+    @field_validator("name")
+    @classmethod
+    def _known_loss(cls, name: str) -> str:
+        module, sep, attr = name.partition(":")
+        if name not in BUILTIN_LOSSES and not (sep and module.strip() and attr.strip()):
+            raise ValueError(f"should be {' or '.join(repr(n) for n in BUILTIN_LOSSES)}, or 'module:function' "
+                             f"for a loss of one's own; got {name!r}")
+        return name
+
+
+class ReferenceKLConfig(Section):
+    """A KL penalty to a frozen reference policy, β · KL(π_θ ‖ π_ref) per policy token (docs/learner.md)."""
+
+    beta: float = Field(0.0, ge=0)
+    """Weight of the KL term in the loss (0: off, as in TRL and prime-rl)."""
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Per-token estimator of the KL on the sampled tokens, x = log π_θ − log π_ref: `k1` = x,
+    `k2` = x²/2, `k3` = e^(−x) − 1 + x (TRL's, unbiased and ≥ 0)."""
+    reference: str | None = None
+    """The reference: a model directory or `tiny:<name>`; null = the initial policy
+    (`policy.path`; with `policy.lora`, the base with its adapters switched off: no second copy)."""
+    log: bool = False
+    """Compute and log the KL (`kl/ref` in metrics.jsonl) every step also when beta is 0. With
+    beta > 0 it is always logged. Without LoRA this holds a frozen copy of the reference."""
+
+    @property
+    def active(self) -> bool:
+        return self.beta > 0 or self.log
+
 
 class TrainerConfig(Section):
-    """The learner: optimizer, gradient clipping, micro-batching, loss."""
+    """The learner: optimizer, gradient clipping, micro-batching or packing, loss, reference KL (docs/learner.md)."""
 
     lr: float = Field(1e-6, gt=0)
     """AdamW learning rate (constant)."""
@@ -105,6 +164,15 @@ class TrainerConfig(Section):
     """Clip the global gradient norm to this."""
     micro_batch_size: int = Field(16, gt=0)
     """Sequences per forward/backward; gradients accumulate over the batch."""
+    micro_batch_tokens: int | None = Field(None, gt=0)
+    """Sequence packing: micro-batches of at most this many tokens, sequences bin-packed into
+    one row each, every sequence attending only to itself (position ids restart per sequence);
+    no padding. Null (default): `micro_batch_size` sequences padded to the longest. A sequence
+    longer than the budget gets a micro-batch of its own."""
+    disable_dropout: bool = True
+    """Zero every dropout probability of the policy (LoRA's included) before training, as TRL's
+    GRPOConfig does by default: with dropout on, two forward passes on the same tokens differ and
+    the importance ratio is not 1 on-policy. False keeps the model's dropout."""
     master_weights: Literal["float32", "policy"] = "float32"
     """The weights the optimizer updates: `float32` master weights, with forward and backward in
     `policy.dtype` under autocast (mixed precision); or `policy`: train in `policy.dtype` itself
@@ -112,6 +180,8 @@ class TrainerConfig(Section):
     so at lr 1e-6 most updates round away). The generator always gets weights in `policy.dtype`."""
     loss: LossConfig = LossConfig()
     """The policy-gradient loss."""
+    kl: ReferenceKLConfig = ReferenceKLConfig()
+    """A KL penalty to a frozen reference policy (off by default: beta 0)."""
 
 
 class TaskConfig(Section):

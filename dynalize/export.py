@@ -8,6 +8,7 @@ that reads the Hugging Face format load it unchanged; nothing of dynalize is nee
 checkpoint is verified against its manifest first, and DIR is written whole or not at all.
 
 A run exports its final policy to `<run>/final/` by itself when it ends (`export_final`).
+A LoRA run's export is the merged model, with the adapter alone (peft's format) in `DIR/adapter/`.
 Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damaged one, DIR in use).
 """
 
@@ -67,6 +68,8 @@ def export_policy(run: str | Path, out: str | Path, step: int | None = None, ove
         shutil.copytree(source, tmp)
     else:
         resave(source, tmp, dtype)
+    if (source.parent / "adapter").is_dir():  # a LoRA run: the merged model above, its adapter beside
+        shutil.copytree(source.parent / "adapter", tmp / "adapter")
     if not has_chat_template(tmp):
         log.warning("export.no_chat_template", out=str(out),
                     why="the policy's tokenizer has none (nor had its base model): set one before chatting with it")

@@ -146,12 +146,10 @@ def describe_base(args: argparse.Namespace) -> str:
 
 def follow(cfg: RunConfig) -> None:
     """Ranks > 0 (`accelerate launch`, `torchrun`): hold a shard of the learner and follow rank 0."""
-    from .backends.accelerate import AccelerateLearner
-    from .build import model_dir
+    from .build import build_learner
 
     set_torch_threads(cfg.torch_threads)
-    AccelerateLearner(model_dir(cfg.policy.path), cfg.trainer, temperature=cfg.generator.temperature,
-                      dtype=cfg.policy.dtype).serve()
+    build_learner(cfg).serve()
 
 
 async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",

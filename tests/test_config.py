@@ -47,7 +47,7 @@ def test_overrides_alone_start_from_the_defaults_and_no_arguments_run_the_demo(t
         (["trainer.lrr=1"], "config error: trainer.lrr: unknown key"),
         (["trainer.lr=fast"], "config error: trainer.lr: Input should be a valid number"),
         (["batch_size=10", "group_size=4"], "batch_size (10) must be a multiple of group_size (4)"),
-        (["trainer.loss.name=sgd"], "config error: trainer.loss.name: Input should be 'prime' or 'ppo_clip'"),
+        (["trainer.loss.name=sgd"], "config error: trainer.loss.name: should be 'prime' or 'ppo_clip', or 'module:function'"),
         (["steps"], "is not of the form key=value"),
     ],
 )

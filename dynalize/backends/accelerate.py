@@ -10,6 +10,7 @@ step equals the one-process step on the same batch (up to float summation order)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .. import grpo
 from ..types import TrainSequence
+from . import lora as lora_adapters
+from . import packing
 from .base import Learner
 from .hf import DTYPES
 from .sharding import grad_scaler, learner_accelerator, scaler_state, set_deepspeed_micro_batch
@@ -43,10 +46,18 @@ class AccelerateLearner(Learner):
     A float16 step whose gradients overflow is skipped by the scaler: it does not count as a new
     policy version and logs `skipped_step` 1 (and no grad_norm) instead. The scaler's state is
     checkpointed in learner.json, so a resumed run continues with the scale it had reached.
+
+    `lora` (policy.lora) trains peft adapters on a frozen base (loaded in `dtype`; peft keeps the
+    adapters in float32); `loss_fn` replaces the built-in loss (`trainer.loss.name:
+    module:function`); `reference` is the model directory of the KL reference (`trainer.kl`;
+    with LoRA the base with adapters off is used instead); `seed` draws the adapters' initial
+    weights. docs/learner.md.
     """
 
     def __init__(self, path: str, trainer_cfg: Any, temperature: float = 1.0, dtype: str = "float32",
-                 accelerator: Accelerator | None = None):
+                 accelerator: Accelerator | None = None, lora: Any = None,
+                 loss_fn: Callable[..., grpo.LossOutput] | None = None, reference: str | None = None,
+                 seed: int = 0):
         self.accelerator = accelerator or learner_accelerator()
         self.cfg = trainer_cfg
         self.temperature = temperature
@@ -55,16 +66,28 @@ class AccelerateLearner(Learner):
         self.autocast = self.dtype if master and self.dtype != torch.float32 else None
         self.scaler = grad_scaler(self.accelerator) if self.autocast == torch.float16 else None
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32 if master else self.dtype)
+        self.lora = lora
+        self.loss_fn = loss_fn
+        # With LoRA the frozen base stays in `dtype`: only the (float32) adapters are trained.
+        load_dtype = torch.float32 if master and lora is None else self.dtype
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype)
         model.config.use_cache = False
+        if lora is not None:
+            model = lora_adapters.add_adapters(model, lora, seed)
+        if trainer_cfg.disable_dropout:
+            disable_dropout(model)
         optimizer = torch.optim.AdamW(
-            model.parameters(), lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay,
-            betas=tuple(trainer_cfg.betas),
+            [p for p in model.parameters() if p.requires_grad], lr=trainer_cfg.lr,
+            weight_decay=trainer_cfg.weight_decay, betas=tuple(trainer_cfg.betas),
         )
         set_deepspeed_micro_batch(self.accelerator, trainer_cfg.micro_batch_size)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.accelerator.register_save_state_pre_hook(drop_tied_weights)
         self.model.train()
+        self.reference = None
+        if trainer_cfg.kl.active and lora is None:
+            self.reference = AutoModelForCausalLM.from_pretrained(reference or path, dtype=self.dtype)
+            self.reference.to(self.accelerator.device).eval().requires_grad_(False)
         self.version = 0
 
     @property
@@ -73,12 +96,32 @@ class AccelerateLearner(Learner):
 
     def _loss(self, logprobs, gen_logprobs, advantages, mask, num_tokens) -> grpo.LossOutput:
         lc = self.cfg.loss
+        if self.loss_fn is not None:
+            out = self.loss_fn(logprobs, gen_logprobs, advantages, mask, num_tokens, **lc.kwargs)
+            if not isinstance(out, grpo.LossOutput):
+                raise TypeError(f"the loss function {lc.name} returned {type(out).__name__}, not a grpo.LossOutput")
+            return out
         if lc.name == "ppo_clip":
             return grpo.ppo_clip_loss(logprobs, gen_logprobs, advantages, mask, num_tokens, lc.clip_eps)
         return grpo.prime_loss(logprobs, gen_logprobs, advantages, mask, num_tokens,
-                               lc.mask_threshold, lc.log_ratio_coef)
+                               lc.mask_threshold, lc.log_ratio_coef, lc.kl_mask_type)
+
+    def _micro_batches(self, batch: list[TrainSequence]) -> list[list[TrainSequence]]:
+        """`micro_batch_size` sequences at a time, or with packing bins of `micro_batch_tokens`."""
+        budget = self.cfg.micro_batch_tokens
+        if budget is None:
+            size = self.cfg.micro_batch_size
+            return [batch[i : i + size] for i in range(0, len(batch), size)]
+        return [[batch[i] for i in b] for b in packing.pack([len(s.input_ids) for s in batch], budget)]
 
     def _collate(self, seqs: list[TrainSequence]) -> dict[str, torch.Tensor]:
+        """The loss side padded to the longest sequence; the model's input padded too, or packed."""
+        t = self._padded(seqs)
+        if self.cfg.micro_batch_tokens is not None:
+            t.update(packing.packed_inputs(seqs, self.accelerator.device))
+        return t
+
+    def _padded(self, seqs: list[TrainSequence]) -> dict[str, torch.Tensor]:
         pad = self.tokenizer.pad_token_id or 0
         width = max(len(s.input_ids) for s in seqs)
         device = self.accelerator.device
@@ -94,14 +137,31 @@ class AccelerateLearner(Learner):
             "advantages": torch.tensor([s.advantage for s in seqs], dtype=torch.float32, device=device),
         }
 
-    def _logprobs(self, t: dict[str, torch.Tensor], first: int) -> torch.Tensor:
-        """Per-token logprobs, aligned to input_ids. Logits are computed only from the position
-        before the micro-batch's first policy token on: long prompts cost no vocabulary-sized rows."""
+    def _logprobs(self, t: dict[str, torch.Tensor], first: int, model: Any = None) -> torch.Tensor:
+        """Per-token logprobs of `model` (default: the policy), aligned to input_ids (sequences,
+        width). Padded: logits are computed only from the position before the micro-batch's
+        first policy token on (long prompts cost no vocabulary-sized rows). Packed: only where the
+        next token is a policy token (0 elsewhere)."""
+        model = model or self.model
         width = t["input_ids"].shape[1]
+        if "packed_ids" in t:
+            logits = model(input_ids=t["packed_ids"], position_ids=t["position_ids"],
+                           logits_to_keep=t["predict_at"]).logits
+            picked = grpo.target_logprobs(logits, t["targets"], self.temperature)
+            return packing.unpack(picked, t["rows"], t["cols"], tuple(t["input_ids"].shape))
         keep = width - first + 1
-        logits = self.model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], logits_to_keep=keep).logits
+        logits = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], logits_to_keep=keep).logits
         tail = grpo.token_logprobs(logits, t["input_ids"][:, width - keep :], self.temperature)
         return torch.nn.functional.pad(tail, (width - keep, 0), value=0.0)
+
+    def _reference_logprobs(self, t: dict[str, torch.Tensor], first: int) -> torch.Tensor:
+        """The frozen reference's logprobs on the same tokens (no grad): the base with its
+        adapters off under LoRA, else the reference copy."""
+        with torch.no_grad():
+            if self.reference is not None:
+                return self._logprobs(t, first, self.reference)
+            with self.unwrapped.disable_adapter():
+                return self._logprobs(t, first, self.unwrapped)
 
     def _global_tokens(self, batch: list[TrainSequence]) -> torch.Tensor:
         local = torch.tensor(float(sum(sum(s.loss_mask) for s in batch)), device=self.accelerator.device)
@@ -161,20 +221,27 @@ class AccelerateLearner(Learner):
         if not batch:
             raise ValueError(f"a batch of fewer sequences than the {acc.num_processes} training processes")
         num_tokens = self._global_tokens(batch).clamp(min=1)
-        size = self.cfg.micro_batch_size
-        micro = [batch[i : i + size] for i in range(0, len(batch), size)]
-        totals = {"loss": 0.0, "masked_tokens": 0.0, "ratio_sum": 0.0, "abs_logprob_diff": 0.0}
+        micro = self._micro_batches(batch)
+        kl = self.cfg.kl
+        totals = {"loss": 0.0, "masked_tokens": 0.0, "ratio_sum": 0.0, "abs_logprob_diff": 0.0, "kl": 0.0}
         for i, seqs in enumerate(micro):
             t = self._collate(seqs)
+            first = first_policy_token(seqs)
             sync = acc.no_sync(self.model) if i < len(micro) - 1 else nullcontext()
             with sync, torch.autocast(acc.device.type, dtype=self.autocast, enabled=self.autocast is not None):
-                logprobs = self._logprobs(t, first_policy_token(seqs))
+                ref = self._reference_logprobs(t, first) if kl.active else None
+                logprobs = self._logprobs(t, first)
                 out = self._loss(logprobs, t["gen_logprobs"], t["advantages"], t["loss_mask"], num_tokens)
+                loss = out.loss
+                if ref is not None:
+                    kl_sum = (grpo.reference_kl(logprobs, ref, kl.estimator) * t["loss_mask"]).sum()
+                    totals["kl"] += kl_sum.item()
+                    if kl.beta > 0:
+                        loss = loss + kl.beta * kl_sum / num_tokens
                 # DDP averages gradients over processes; the loss is already a global mean.
-                loss = out.loss * acc.num_processes
-                acc.backward(self.scaler.scale(loss) if self.scaler else loss)
+                acc.backward(self.scaler.scale(loss * acc.num_processes) if self.scaler else loss * acc.num_processes)
             mask = t["loss_mask"].float()
-            totals["loss"] += out.loss.item()
+            totals["loss"] += loss.item()
             totals["masked_tokens"] += out.masked_tokens.item()
             totals["ratio_sum"] += (out.mean_ratio * mask.sum()).item()
             totals["abs_logprob_diff"] += ((logprobs.detach() - t["gen_logprobs"]).abs() * mask).sum().item()
@@ -193,7 +260,7 @@ class AccelerateLearner(Learner):
         if not skipped:
             self.version += 1
         stats = acc.reduce(torch.tensor(list(totals.values()), device=acc.device), reduction="sum")
-        loss, masked, ratio_sum, diff = stats.tolist()
+        loss, masked, ratio_sum, diff, kl_sum = stats.tolist()
         n = num_tokens.item()
         metrics = {
             "loss": loss,
@@ -208,9 +275,14 @@ class AccelerateLearner(Learner):
             metrics.update({"skipped_step": float(skipped), "grad_scale": self.scaler.get_scale()})
             if skipped:  # an overflowed gradient's norm is inf/NaN: it says nothing of the policy
                 del metrics["grad_norm"]
+        if kl.active:
+            metrics["kl/ref"] = kl_sum / n
         return metrics
 
     def _state(self, _: Any = None) -> dict[str, Any]:
+        """The full policy's weights under the base model's names (LoRA: merged)."""
+        if self.lora is not None:
+            return lora_adapters.merged_state(self.unwrapped)
         return self.accelerator.get_state_dict(self.model, unwrap=True)
 
     def _save(self, directory: str) -> None:
@@ -221,7 +293,12 @@ class AccelerateLearner(Learner):
         state = self._state()  # a collective under FSDP / ZeRO-3
         if acc.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
-            self.unwrapped.save_pretrained(out / "policy", state_dict=state, safe_serialization=True)
+            if self.lora is not None:  # policy/: merged weights; adapter/: peft's adapter alone
+                self.unwrapped.get_base_model().save_pretrained(out / "policy", state_dict=state,
+                                                                safe_serialization=True)
+                self.unwrapped.save_pretrained(out / "adapter", safe_serialization=True)
+            else:
+                self.unwrapped.save_pretrained(out / "policy", state_dict=state, safe_serialization=True)
             self.tokenizer.save_pretrained(out / "policy")
             learner = {"version": self.version}
             if self.scaler:
@@ -253,6 +330,17 @@ def drop_tied_weights(models: list[torch.nn.Module], weights: list[dict[str, Any
                     prefix = key[: len(key) - len(target)]
                     if prefix + source in state:
                         del state[key]
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Zero every dropout of `model`: `nn.Dropout` modules (LoRA's too) and the float dropout
+    rates attention layers apply themselves (`attention_dropout` in Qwen2/Llama)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for name, value in vars(module).items():
+            if name.endswith("dropout") and isinstance(value, float) and value > 0:
+                setattr(module, name, 0.0)
 
 
 def first_policy_token(seqs: list[TrainSequence]) -> int:
