@@ -49,6 +49,23 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def move_aside(path: Path) -> Path:
+    """Rename `path` to `<name>.replaced-<time>` beside it (kept whole: delete it yourself); the new path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.replaced-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.replaced-{stamp}-{n}")
+    os.replace(path, target)
+    return target
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run directory (its config.yaml beside metrics or checkpoints)."""
+    return (path / "config.yaml").is_file() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir())
+
+
 class RunDir:
     """Paths and writers of one run directory. Nothing is written until `create()`."""
 
@@ -69,14 +86,7 @@ class RunDir:
 
     def move_aside(self) -> Path:
         """Rename the directory to `<name>.replaced-<time>` (kept whole: delete it yourself)."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = self.root.with_name(f"{self.root.name}.replaced-{stamp}")
-        n = 1
-        while target.exists():
-            n += 1
-            target = self.root.with_name(f"{self.root.name}.replaced-{stamp}-{n}")
-        os.replace(self.root, target)
-        return target
+        return move_aside(self.root)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         append_jsonl(self.metrics_path, record)
