@@ -6,11 +6,12 @@ naming the key (`ConfigError`).
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
@@ -175,6 +176,13 @@ class RunConfig(Section):
     """Rubric rewards: per-prompt weighted criteria a judge checks, Rubric Dropout, POW3R-style
     reweighting, and the proxy/gold measurement (off by default)."""
 
+    @field_validator("name")
+    @classmethod
+    def _one_folder_name(cls, v: str) -> str:
+        if problem := run_name_problem(v):
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _batch_divides(self) -> "RunConfig":
         if self.batch_size % self.group_size:
@@ -198,6 +206,22 @@ class RunConfig(Section):
         return Path(self.output_dir) / self.name
 
 
+def run_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a run's folder name inside `output_dir` (None if it can): it must be
+    one plain path component, so a run never writes outside `output_dir` or takes it over."""
+    if not name.strip():
+        return "must not be empty"
+    if name in (".", ".."):
+        return f"must be a folder name, not {name!r}"
+    if "/" in name or "\\" in name:
+        return "must be one folder name inside output_dir (no / or \\)"
+    if any(unicodedata.category(c).startswith("C") for c in name):
+        return "must not hold control characters (a newline, a tab)"
+    if len(name.encode("utf-8")) > 200:
+        return "must be at most 200 bytes long"
+    return None
+
+
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
@@ -217,6 +241,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
+        value = raw
+    if isinstance(value, str) and "\n" in raw.strip():  # YAML folds a newline into a space: keep it, checked as given
         value = raw
     return key.strip(), value
 

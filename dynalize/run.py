@@ -119,7 +119,8 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         if args.overwrite:
             raise ConfigError("config error: --resume continues a run and --overwrite replaces it: give one")
         cfg = load_config(args.config or saved, args.overrides)
-        cfg.output_dir, cfg.name = str(Path(args.resume).parent), Path(args.resume).name
+        run = Path(args.resume) if Path(args.resume).name not in ("", "..") else Path(args.resume).resolve()
+        cfg.output_dir, cfg.name = str(run.parent), run.name
         if problem := resume_conflict(load_config(saved), cfg):
             raise ConfigError(problem)
         return cfg

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 import structlog
+import yaml
 
 from dynalize.config import load_config
 from dynalize.run import main, train
@@ -156,3 +157,18 @@ def test_no_intact_checkpoint_is_one_line(tmp_path, earlier, capsys):
         (ckpt / "state.json").write_text("{}")
     fails_cleanly(["--resume", str(earlier), "steps=3"], capsys, tmp_path,
                   "no intact checkpoint to resume from in")
+
+
+@pytest.mark.parametrize("name", ["../escaped", "{abs}", ".", "..", "a\nb", "", "sub/run"])
+@pytest.mark.parametrize("how", ["override", "override --overwrite", "config file"])
+def test_a_run_name_must_be_one_folder_name_inside_output_dir(tmp_path, earlier, capsys, name, how):
+    name = name.replace("{abs}", str(tmp_path / "elsewhere"))
+    argv = [a for a in toy(tmp_path) if not a.startswith("name=")]
+    if how == "config file":
+        (tmp_path / "named.yaml").write_text(yaml.safe_dump({"name": name}))
+        argv = ["--config", str(tmp_path / "named.yaml"), *argv]
+    else:
+        argv = [*argv, f"name={name}", *how.split()[1:]]
+    new = fails_cleanly(argv, capsys, tmp_path, "name: must")
+    assert new == [] and sorted(p.name for p in tmp_path.iterdir()) == sorted(["runs", *(["named.yaml"] * (how == "config file"))])
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run"]
