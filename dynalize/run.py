@@ -178,7 +178,7 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
         orchestrator.load_state_dict(state)
         if "eval_rows" not in state and parts.run.eval_path.exists():  # a checkpoint from before eval_rows
             orchestrator.eval_rows = len(read_jsonl(parts.run.eval_path))
-        parts.run.truncate(orchestrator.next_step, state.get("eval_rows"))
+        parts.run.truncate(orchestrator.next_step, state.get("eval_rows"), [t.name for t in parts.terms])
         log.info("resuming", run=str(run_dir), step=orchestrator.next_step, checkpoint=ckpt.name)
     parts.run.create()
     dump_config(cfg, run_dir / "config.yaml")

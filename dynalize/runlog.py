@@ -14,7 +14,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .types import Message, Rollout
 
@@ -99,12 +99,14 @@ class RunDir:
         for e in events:
             append_jsonl(self.root / f"{name}.jsonl", e)
 
-    def truncate(self, from_step: int, eval_rows: int | None = None) -> None:
-        """On resume: forget the metric and event lines of steps ≥ from_step (they run again), and
-        the held-out evaluations after the first `eval_rows` (None: keep them all)."""
-        for path in sorted(self.root.glob("*.jsonl")):
-            keep = [r for r in read_jsonl(path) if r.get("step", -1) < from_step]
-            write_jsonl_atomic(path, keep)
+    def truncate(self, from_step: int, eval_rows: int | None = None, event_logs: Sequence[str] = ()) -> None:
+        """On resume: forget the lines of steps ≥ from_step (they run again) in metrics.jsonl and
+        the event logs `<name>.jsonl` of `event_logs` (the run's reward terms), and the held-out
+        evaluations after the first `eval_rows` (None: keep them all). Only these files, named
+        explicitly, are rewritten: anything else in the folder is not the run's."""
+        for path in (self.metrics_path, *(self.root / f"{name}.jsonl" for name in dict.fromkeys(event_logs))):
+            if path.is_file():
+                write_jsonl_atomic(path, [r for r in read_jsonl(path) if r.get("step", -1) < from_step])
         if eval_rows is not None and self.eval_path.exists():
             write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
 

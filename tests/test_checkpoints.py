@@ -203,3 +203,16 @@ def test_resume_trims_held_out_evaluations_like_metrics(tmp_path):
     assert main(["--resume", str(run)]) == 0  # step 1 and its evaluation run again
     assert [e["version"] for e in read_jsonl(run / "eval" / "task.jsonl")] == [0, 1, 2]
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1]
+
+
+def test_resume_rewrites_only_the_runs_own_files(three_steps, tmp_path):
+    source, metrics = three_steps
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    shutil.rmtree(run / "checkpoints" / "step_000003")  # steps 2 runs again: its lines are trimmed
+    mine = {"todo.jsonl": "buy milk\n", "notes.jsonl": '{"step": 7}\n{"step": 1, "note": "x"}\n'}
+    for name, text in mine.items():
+        (run / name).write_text(text)
+    assert main(["--resume", str(run)]) == 0
+    assert {name: (run / name).read_text() for name in mine} == mine
+    same_steps(read_jsonl(run / "metrics.jsonl"), metrics)
