@@ -155,19 +155,28 @@ def resume_from(folder: Path, learner: Any) -> tuple[Path, dict[str, Any]]:
     skipped = []
     for path in found:
         why = damage(path)
-        legacy = why is not None and not (path / MANIFEST).exists() and (path / "state.json").exists()
+        legacy = why is not None and from_before_manifests(path)
         if why is not None and not legacy:
             skipped.append(f"{path.name}: {why}")
             log.warning("checkpoint.damaged", checkpoint=str(path), problem=why)
             continue
         if legacy:
-            log.warning("checkpoint.unverified", checkpoint=str(path), problem=why)
+            log.warning("checkpoint.unverified", checkpoint=str(path),
+                        problem="written by a version from before manifests (rng.pt, no manifest.json): loaded unverified")
         try:
             return path, load_checkpoint(path, learner)
         except Exception as e:  # noqa: BLE001 - a checkpoint that does not load is damaged too
             skipped.append(f"{path.name}: {describe(e, 120)}")
             log.warning("checkpoint.unloadable", checkpoint=str(path), problem=describe(e))
     raise ConfigError(f"config error: no intact checkpoint to resume from in {folder}: " + "; ".join(skipped))
+
+
+def from_before_manifests(path: Path) -> bool:
+    """Whether a checkpoint without `manifest.json` is recognisably older than manifests (they came
+    with `rng.json`: such a checkpoint holds `rng.pt` instead). One that holds `rng.json` but no
+    manifest was written by this version and lost its manifest: damaged, never loaded unverified."""
+    return (not (path / MANIFEST).exists() and not (path / "rng.json").exists()
+            and (path / "rng.pt").is_file() and (path / "state.json").is_file())
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -89,6 +89,8 @@ DAMAGE = {
     "state.json deleted": lambda c: (c / "state.json").unlink(),
     "unknown file planted": lambda c: (c / "train_state" / "extra.pkl").write_bytes(b"x"),
     "crafted rng pickle": _crafted_rng,
+    "weights edited, manifest deleted": lambda c: (_flip(c / "policy" / "model.safetensors"),
+                                                   (c / "manifest.json").unlink()),
 }
 
 
@@ -216,3 +218,21 @@ def test_resume_rewrites_only_the_runs_own_files(three_steps, tmp_path):
     assert main(["--resume", str(run)]) == 0
     assert {name: (run / name).read_text() for name in mine} == mine
     same_steps(read_jsonl(run / "metrics.jsonl"), metrics)
+
+
+def test_a_checkpoint_from_before_manifests_loads_with_one_line_saying_so(three_steps, tmp_path, capsys):
+    import json
+
+    source, metrics = three_steps
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    old = run / "checkpoints" / "step_000003"  # as the version before manifests wrote it: rng.pt, no manifest
+    state = json.loads((old / "rng.json").read_text())
+    set_rng_state(state)
+    torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, old / "rng.pt")
+    (old / "rng.json").unlink()
+    (old / "manifest.json").unlink()
+    assert main(["--resume", str(run), "steps=4"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint.unverified" in line]
+    assert len(lines) == 1 and "from before manifests" in lines[0] and "step_000003" in lines[0]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3]
