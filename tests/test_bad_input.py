@@ -172,3 +172,36 @@ def test_a_run_name_must_be_one_folder_name_inside_output_dir(tmp_path, earlier,
     new = fails_cleanly(argv, capsys, tmp_path, "name: must")
     assert new == [] and sorted(p.name for p in tmp_path.iterdir()) == sorted(["runs", *(["named.yaml"] * (how == "config file"))])
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run"]
+
+
+def _fake(prefix: str, n: int, alphabet: str = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789") -> str:
+    rng = __import__("random").Random(prefix)
+    return prefix + "".join(rng.choice(alphabet) for _ in range(n))
+
+
+PASTED_KEYS = {  # fakes in the shape of each provider's keys
+    "hugging face": _fake("hf_", 34), "groq": _fake("gsk_", 52), "github": _fake("ghp_", 36),
+    "github fine-grained": _fake("github_pat_11A", 40), "aws access key id": _fake("AKIA", 16, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
+    "replicate": _fake("r8_", 37), "npm": _fake("npm_", 36), "stripe-like": _fake("sk_live_", 24),
+    "bare random": _fake("", 32), "hex secret": _fake("", 40, "0123456789abcdef"),
+    "random after a name": _fake("MY_KEY_", 24),
+}
+
+
+@pytest.mark.parametrize("kind", list(PASTED_KEYS))
+def test_a_pasted_key_as_api_key_env_is_refused_and_never_printed_or_written(tmp_path, earlier, capsys, kind):
+    key = PASTED_KEYS[kind]
+    argv = toy(tmp_path, "new") + ["penalties.enabled=true", "penalties.judge.engine=llm",
+                                   "penalties.judge.chat.base_url=http://127.0.0.1:9/v1", "penalties.judge.chat.model=m",
+                                   f"penalties.judge.chat.api_key_env={key}"]
+    assert fails_cleanly(argv, capsys, tmp_path, "api_key_env: must be the NAME of an environment variable") == []
+    assert key not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "MY_KEY_2", "HF_TOKEN", "GROQ_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                                  "HUGGINGFACEHUB_API_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "JUDGE_KEY_20240101",
+                                  "hf_token", "sk_key_name", "OPENAI_API_KEY_PROJECT_ALPHA", "K"])
+def test_real_variable_names_pass_as_api_key_env(name):
+    from dynalize.backends.config import ChatModelConfig
+
+    assert ChatModelConfig(api_key_env=name).api_key_env == name
