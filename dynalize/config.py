@@ -17,8 +17,8 @@ from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 from .rubrics.config import RubricConfig
 
-__all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "load_config", "parse_override", "read_yaml",
-           "resume_conflict", "validate"]
+__all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "flatten", "load_config", "parse_override",
+           "read_yaml", "validate"]
 
 
 class Section(BaseModel):
@@ -277,13 +277,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
     return validate(data)
 
 
-RESUME_LOCKED = ("seed", "batch_size", "group_size", "policy", "task", "reward_model.engine", "reward_model.path",
-                 "penalties.enabled", "penalties.lam")
-"""Settings a resume may not change (a key and everything under it): what is trained, on which
-prompts, for which reward, in which batch shape. Anything else (steps, lr, endpoints, budgets)
-may change on resume."""
-
-
 def flatten(tree: dict[str, Any], sep: str = ".", prefix: str = "") -> dict[str, Any]:
     """`{"a": {"b": 1}}` → `{"a<sep>b": 1}`; an empty section adds no key (a missing key reads as None)."""
     out: dict[str, Any] = {}
@@ -293,17 +286,6 @@ def flatten(tree: dict[str, Any], sep: str = ".", prefix: str = "") -> dict[str,
         else:
             out[f"{prefix}{k}"] = v
     return out
-
-
-def resume_conflict(saved: RunConfig, new: RunConfig) -> str | None:
-    """One line naming the first `RESUME_LOCKED` setting `new` changes from `saved`, or None."""
-    a, b = flatten(saved.model_dump(mode="json")), flatten(new.model_dump(mode="json"))
-    for key in sorted(set(a) | set(b)):
-        locked = any(key == k or key.startswith(k + ".") for k in RESUME_LOCKED)
-        if locked and a.get(key) != b.get(key):
-            return (f"config error: --resume cannot change {key} ({a.get(key)!r} -> {b.get(key)!r}): it changes "
-                    f"what the run is; start a new run (another name=) instead")
-    return None
 
 
 def config_yaml(cfg: RunConfig) -> str:

@@ -31,9 +31,10 @@ from rich.console import Console
 from rich.table import Table
 
 from .checkpoint import resume_from
-from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config, resume_conflict
+from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config
 from .errors import RunStopped
 from .hooks import HookError
+from .resume import freeze_derived, resume_config, steps_problem
 from .runlog import RunDir, read_jsonl
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
@@ -121,10 +122,8 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         cfg = load_config(args.config or saved, args.overrides)
         run = Path(args.resume) if Path(args.resume).name not in ("", "..") else Path(args.resume).resolve()
         cfg.output_dir, cfg.name = str(run.parent), run.name
-        if problem := resume_conflict(load_config(saved), cfg):
-            raise ConfigError(problem)
-        return cfg
-    return load_config(base_config(args), args.overrides)
+        return resume_config(load_config(saved), cfg)
+    return freeze_derived(load_config(base_config(args), args.overrides))
 
 
 def base_config(args: argparse.Namespace) -> Path | None:
@@ -163,7 +162,7 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     from .build import build_parts
     from .loop import Orchestrator
 
-    run_dir = cfg.run_dir
+    run_dir, cfg = cfg.run_dir, freeze_derived(cfg)
     if not resume and not overwrite and RunDir(run_dir).holds_run():
         raise ConfigError(f"config error: {run_dir} already holds a run: continue it with --resume {run_dir}, "
                           f"start afresh with --overwrite (the old directory is moved aside), or pick another name=")
@@ -176,6 +175,8 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     if resume:
         ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner)
         orchestrator.load_state_dict(state)
+        if problem := steps_problem(cfg.steps, orchestrator.next_step):
+            raise ConfigError(problem)
         if "eval_rows" not in state and parts.run.eval_path.exists():  # a checkpoint from before eval_rows
             orchestrator.eval_rows = len(read_jsonl(parts.run.eval_path))
         parts.run.truncate(orchestrator.next_step, state.get("eval_rows"), [t.name for t in parts.terms])

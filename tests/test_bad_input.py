@@ -205,3 +205,40 @@ def test_real_variable_names_pass_as_api_key_env(name):
     from dynalize.backends.config import ChatModelConfig
 
     assert ChatModelConfig(api_key_env=name).api_key_env == name
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["rubric.coef=2"], "--resume cannot change rubric.coef (1.0 -> 2.0)"),
+    (["rubric.dropout.f=0.3"], "--resume cannot change rubric.dropout.f (0.0 -> 0.3)"),
+    (["rubric.dropout.schedule=linear"], "--resume cannot change rubric.dropout.schedule"),
+    (["rubric.reweight.method=pow3r"], "--resume cannot change rubric.reweight.method ('none' -> 'pow3r')"),
+    (["rubric.enabled=true", "reward_model.enabled=false"], "--resume cannot change reward_model.enabled (True -> False)"),
+    (["reward_model.max_length=16"], "--resume cannot change reward_model.max_length (2048 -> 16)"),
+    (["penalties.lam=1.0"], "--resume cannot change penalties.lam (0.5 -> 1.0)"),
+])
+def test_a_resume_may_not_change_what_defines_the_reward(tmp_path, earlier, capsys, argv, needle):
+    fails_cleanly(["--resume", str(earlier), "steps=3", *argv], capsys, tmp_path, needle)
+
+
+def test_a_resume_may_change_what_only_changes_speed_or_endpoints(tmp_path, earlier):
+    assert main(["--resume", str(earlier), "steps=3", "reward_model.batch_size=4", "trainer.micro_batch_size=4"]) == 0
+    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_a_resume_with_fewer_steps_than_done_is_refused_and_rewrites_nothing(tmp_path, earlier, capsys):
+    fails_cleanly(["--resume", str(earlier), "steps=1"], capsys, tmp_path,
+                  "--resume with steps=1, but the run has already trained 2 steps: steps may only grow")
+    assert "steps: 2" in (earlier / "config.yaml").read_text()
+
+
+def test_an_annealed_dropout_schedule_is_frozen_at_the_first_start_and_kept_when_extending(tmp_path):
+    argv = toy(tmp_path, "annealed") + ["rubric.dropout.schedule=linear", "rubric.dropout.f=0.5"]
+    assert main(argv) == 0
+    run = tmp_path / "runs" / "annealed"
+    saved = lambda: yaml.safe_load((run / "config.yaml").read_text())["rubric"]["dropout"]  # noqa: E731
+    assert saved()["anneal_steps"] == 2  # the first start's steps, in config.yaml
+    assert main(["--resume", str(run), "steps=3"]) == 0  # extending: the schedule of a 2-step start, not re-derived
+    assert saved()["anneal_steps"] == 2
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("anneal_steps: 2", "anneal_steps: null"))
+    assert main(["--resume", str(run), "steps=4"]) == 0  # a run from before: derived from its saved steps (3)
+    assert saved()["anneal_steps"] == 3
