@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from .checkpoint import resume_from
+from .checkpoint import checkpoints, resume_from
 from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config
 from .errors import RunStopped
 from .hooks import HookError
@@ -172,6 +172,11 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
         moved = parts.run.move_aside()
         log.warning("overwrite: the earlier run was moved aside", run=str(run_dir), moved_to=str(moved))
     orchestrator = Orchestrator(parts)
+    if resume and not checkpoints(parts.run.checkpoints_dir):  # killed before its first checkpoint
+        log.warning("resume: no checkpoint yet, so the run starts again from step 0 with its saved config "
+                    "(the same seed: the same run)", run=str(run_dir))
+        parts.run.truncate(0, 0, [t.name for t in parts.terms])
+        resume = False
     if resume:
         ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner)
         orchestrator.load_state_dict(state)
