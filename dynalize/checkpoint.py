@@ -22,6 +22,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +123,30 @@ def save_checkpoint(path: Path, learner: Any, state: dict[str, Any]) -> None:
     _fsync_dir(path.parent)
 
 
+STATE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "step": int, "data_position": int, "learner_version": int, "generator_version": int, "dropped_total": int,
+    "left_out_total": int, "eval_rows": int, "terms": dict}
+"""The types of the orchestrator's state in state.json (keys a checkpoint from an older version may lack)."""
+
+
+def state_problem(state: Any) -> str | None:
+    """What is wrong with the types of a loaded state.json, or None."""
+    if not isinstance(state, dict):
+        return f"state.json holds {type(state).__name__}, not an object"
+    for key, kind in STATE_TYPES.items():
+        value = state.get(key)
+        if key in state and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"state.json: {key} is {type(value).__name__} {str(value)[:40]!r}, not {getattr(kind, '__name__', kind)}"
+    if "step" not in state:
+        return "state.json has no step"
+    return None
+
+
 def load_checkpoint(path: Path, learner: Any) -> dict[str, Any]:
     """Restore the learner and RNG from `path`; return the orchestrator's state."""
     state = json.loads((path / "state.json").read_text())
+    if problem := state_problem(state):
+        raise ValueError(problem)
     state["inflight"] = json.loads((path / "inflight.json").read_text())
     learner.load(str(path))
     if (path / "rng.json").exists():
@@ -146,9 +168,12 @@ def checkpoints(folder: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if p.is_dir() and STEP_DIR.fullmatch(p.name)), reverse=True)
 
 
-def resume_from(folder: Path, learner: Any) -> tuple[Path, dict[str, Any]]:
-    """Load the newest intact checkpoint in `folder` into `learner`; (its path, the orchestrator's
-    state). Damaged ones are skipped with a warning; with none intact, ConfigError (one line)."""
+def resume_from(folder: Path, learner: Any, restore: Callable[[dict[str, Any]], None] | None = None
+                ) -> tuple[Path, dict[str, Any]]:
+    """Load the newest intact checkpoint in `folder` into `learner` (and its state through
+    `restore`, the orchestrator's `load_state_dict`); (its path, the orchestrator's state).
+    Damaged ones, and ones whose state does not load, are skipped with a warning; with none
+    intact, ConfigError (one line)."""
     found = checkpoints(folder)
     if not found:
         raise ConfigError(f"config error: {folder.parent} has no checkpoint to resume from")
@@ -164,7 +189,10 @@ def resume_from(folder: Path, learner: Any) -> tuple[Path, dict[str, Any]]:
             log.warning("checkpoint.unverified", checkpoint=str(path),
                         problem="written by a version from before manifests (rng.pt, no manifest.json): loaded unverified")
         try:
-            return path, load_checkpoint(path, learner)
+            state = load_checkpoint(path, learner)
+            if restore is not None:
+                restore(state)
+            return path, state
         except Exception as e:  # noqa: BLE001 - a checkpoint that does not load is damaged too
             skipped.append(f"{path.name}: {describe(e, 120)}")
             log.warning("checkpoint.unloadable", checkpoint=str(path), problem=describe(e))

@@ -35,7 +35,7 @@ from .config import ConfigError, RunConfig, config_yaml, dump_config, load_confi
 from .errors import RunStopped
 from .hooks import HookError
 from .resume import freeze_derived, resume_config, steps_problem
-from .runlog import RunDir, read_jsonl
+from .runlog import RunDir, filesystem_problem, read_jsonl
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
 log = structlog.get_logger("dynalize.run")
@@ -163,6 +163,8 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     from .loop import Orchestrator
 
     run_dir, cfg = cfg.run_dir, freeze_derived(cfg)
+    if problem := RunDir(run_dir).problem():
+        raise ConfigError(f"config error: {problem}")
     if not resume and not overwrite and RunDir(run_dir).holds_run():
         raise ConfigError(f"config error: {run_dir} already holds a run: continue it with --resume {run_dir}, "
                           f"start afresh with --overwrite (the old directory is moved aside), or pick another name=")
@@ -178,8 +180,7 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
         parts.run.truncate(0, 0, [t.name for t in parts.terms])
         resume = False
     if resume:
-        ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner)
-        orchestrator.load_state_dict(state)
+        ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner, orchestrator.load_state_dict)
         if problem := steps_problem(cfg.steps, orchestrator.next_step):
             raise ConfigError(problem)
         if "eval_rows" not in state and parts.run.eval_path.exists():  # a checkpoint from before eval_rows
@@ -262,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", "".join(traceback.format_exception(err.error)),  # task, then its traceback
                   sep="\n", end="", file=sys.stderr)
             return 1
+        if problem := filesystem_problem(_find(e, (OSError,))):  # a full disk, a read-only folder
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         raise
     if history:
         Console().print(summary_table(cfg, history))

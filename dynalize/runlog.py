@@ -10,6 +10,7 @@ unless told to move it aside (`--overwrite`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -66,6 +67,22 @@ def is_run_dir(path: Path) -> bool:
     return (path / "config.yaml").is_file() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir())
 
 
+FILESYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EEXIST,
+                               errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EFBIG, errno.EIO})
+"""The errors of a disk or folder that is full, read-only, or not what a run needs."""
+
+
+def filesystem_problem(e: BaseException | None) -> str | None:
+    """One line for a file system error (a full disk, a read-only folder, a path that is not a
+    folder), naming the path and the cause; None for any other error. Files are written whole
+    (checkpoints renamed when complete, lines fsynced), so what was written before is intact."""
+    if not isinstance(e, OSError) or e.errno not in FILESYSTEM_ERRORS:
+        return None
+    where = f"{e.filename}: " if e.filename else ""
+    return (f"file system error: {where}{e.strerror or e} (what was written before is intact: "
+            f"fix the cause, then --resume the run)")
+
+
 class RunDir:
     """Paths and writers of one run directory. Nothing is written until `create()`."""
 
@@ -79,6 +96,22 @@ class RunDir:
     def create(self) -> None:
         for d in (self.root, self.rollouts_dir, self.checkpoints_dir, self.eval_path.parent):
             d.mkdir(parents=True, exist_ok=True)
+
+    def problem(self) -> str | None:
+        """Why a run cannot be written here, in one line (None if it can): its folder is a dangling
+        link or not a folder, or the nearest existing folder above it is not a writable folder."""
+        root, base = self.root, self.root
+        while not base.exists():
+            if base.is_symlink():
+                return f"{base} is a symbolic link to {os.readlink(base)}, which does not exist"
+            if base == base.parent:
+                break
+            base = base.parent
+        if not base.is_dir():
+            return f"{base} is not a folder: the run's folder {root} cannot be made there"
+        if not os.access(base, os.W_OK | os.X_OK):
+            return f"{base} is not writable: the run's folder {root} cannot be written"
+        return None
 
     def holds_run(self) -> bool:
         """Whether the directory holds any file (an earlier run, or anything else)."""

@@ -242,3 +242,70 @@ def test_an_annealed_dropout_schedule_is_frozen_at_the_first_start_and_kept_when
     (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("anneal_steps: 2", "anneal_steps: null"))
     assert main(["--resume", str(run), "steps=4"]) == 0  # a run from before: derived from its saved steps (3)
     assert saved()["anneal_steps"] == 3
+
+
+# --- the file system: one line naming the path and the cause, nothing earlier damaged -----------------
+
+def test_an_output_dir_below_a_file_is_one_line(tmp_path, earlier, capsys):
+    (tmp_path / "afile").write_text("not a folder")
+    argv = [a for a in toy(tmp_path, "new") if not a.startswith("output_dir=")] + [f"output_dir={tmp_path / 'afile' / 'runs'}"]
+    assert fails_cleanly(argv, capsys, tmp_path, f"{tmp_path / 'afile'} is not a folder") == []
+
+
+def test_a_run_name_that_is_a_dangling_link_is_one_line(tmp_path, earlier, capsys):
+    (tmp_path / "runs" / "new").symlink_to(tmp_path / "nowhere")
+    fails_cleanly(toy(tmp_path, "new"), capsys, tmp_path, "is a symbolic link to")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_read_only_folder_is_one_line(tmp_path, earlier, capsys, monkeypatch):
+    import errno
+
+    from dynalize.runlog import RunDir
+
+    def read_only(self):  # what mkdir in a read-only folder raises (root ignores chmod, so it is raised here)
+        raise PermissionError(errno.EACCES, "Permission denied", str(self.root))
+
+    monkeypatch.setattr(RunDir, "create", read_only)
+    fails_cleanly(toy(tmp_path, "new"), capsys, tmp_path, f"file system error: {tmp_path / 'runs' / 'new'}: Permission denied")
+
+
+def test_a_full_disk_mid_run_is_one_line_and_the_resume_matches_a_clean_run(tmp_path, finished_run, capsys, monkeypatch):
+    import errno
+
+    import dynalize.runlog
+    from dynalize.checkpoint import damage
+
+    real, writes = dynalize.runlog.append_jsonl, []
+
+    def fills_up(path, record):
+        if path.name == "metrics.jsonl":
+            writes.append(record["step"])
+            if record["step"] == 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, record)
+
+    monkeypatch.setattr(dynalize.runlog, "append_jsonl", fills_up)
+    assert main(["--log-level", "ERROR", *toy(tmp_path, "full")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: file system error: No space left on device"), err
+    run = tmp_path / "runs" / "full"
+    assert damage(run / "checkpoints" / "step_000001") is None and writes == [0, 1]
+    monkeypatch.setattr(dynalize.runlog, "append_jsonl", real)  # space freed
+    assert main(["--resume", str(run)]) == 0
+    resumed, clean = read_jsonl(run / "metrics.jsonl"), read_jsonl(finished_run / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [0, 1]
+    for key in ("loss", "reward/mean", "grad_norm", "gen_len/mean"):
+        assert [m[key] for m in resumed] == [m[key] for m in clean], key
+
+
+def test_a_state_json_with_wrong_types_is_one_line(tmp_path, earlier, capsys):
+    import json
+
+    from dynalize.checkpoint import write_manifest
+
+    for ckpt in (earlier / "checkpoints").iterdir():
+        state = json.loads((ckpt / "state.json").read_text())
+        (ckpt / "state.json").write_text(json.dumps({**state, "step": str(state["step"]), "terms": []}))
+        write_manifest(ckpt)  # consistent with its manifest: only the types are wrong
+    fails_cleanly(["--resume", str(earlier), "steps=3"], capsys, tmp_path, "state.json: step is str '2', not int")
