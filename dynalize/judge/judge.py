@@ -233,7 +233,7 @@ class Judge:
                                   retries=self.cfg.retries, check=lambda value: verdict_problem(value, asked))
         except ChatJSONError as e:  # retried already; keep what the last answer did decide
             error = describe(e)
-            raw = await anyio.to_thread.run_sync(salvage, e.raw)
+            raw = await anyio.to_thread.run_sync(salvage, e.raw, abandon_on_cancel=True)  # the budget holds
         except Exception as e:  # noqa: BLE001 - a judge failure must never stop training
             error = describe(e)
             log.warning("judge.call_failed", error=error)
