@@ -143,6 +143,13 @@ class RunConfig(Section):
     """How many batches generation runs ahead of training (batch k uses policy k − async_level)."""
     max_off_policy_steps: int = Field(8, ge=0)
     """Drop rollouts sampled by a policy more than this many versions old."""
+    max_left_out_rate: float | None = Field(0.2, ge=0, le=1)
+    """Stop the run (checkpoint first, exit 3) when more than this share of the rollouts scored over
+    the last `left_out_window` steps was left out of the update: a group with a rollout some term
+    could not score (a failed judge verdict) trains on nothing (docs/reliability.md). A few failed
+    verdicts can cost many times their share in rollouts. None: never stop."""
+    left_out_window: int = Field(5, ge=1)
+    """Steps (with rollouts scored) that `max_left_out_rate` looks back over."""
     checkpoint_every: int = Field(10, ge=0)
     """Save a resumable checkpoint every N steps (0 = only at the end)."""
     eval_every: int = Field(0, ge=0)
