@@ -1,4 +1,4 @@
-"""Checkpoints on disk: written whole, verified on resume, loaded without unpickling anything.
+"""Checkpoints on disk: written whole, verified on resume, loaded without running code.
 
 `checkpoints/step_NNNNNN/` holds the learner's files (`policy/`, `train_state/`, `learner.json`),
 `rng.json` (Python and torch RNG state, as JSON), `state.json` (the orchestrator's state),
@@ -9,8 +9,10 @@ a `.tmp` folder, which is ignored.
 
 On resume the newest checkpoint whose files match its manifest, and that loads, is used; each
 damaged one is skipped with a warning that names what is wrong. With none left the run stops
-with one line. Nothing from a checkpoint is unpickled: the RNG state is JSON, and accelerate
-loads its optimizer and RNG files with `torch.load(weights_only=True)`.
+with one line; a checkpoint without a manifest is damaged unless it is recognisably from before
+manifests (`from_before_manifests`). Nothing in a checkpoint runs code: the RNG state is JSON,
+and accelerate loads its optimizer and RNG pickles with torch's restricted loader
+(`torch.load(weights_only=True)`: tensors and plain containers only).
 """
 
 from __future__ import annotations

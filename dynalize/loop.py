@@ -128,7 +128,8 @@ class Orchestrator:
         self.dropped_total = 0
         self.left_out_total = 0
         self.left_out = FailureWindow(cfg.max_left_out_rate, cfg.left_out_window)
-        """Rollouts left out and scored over the last steps: `max_left_out_rate`'s stop rule."""
+        """Rollouts left out and scored over the last steps: `max_left_out_rate`'s stop rule. Not
+        checkpointed, like the judge's window: a resume after fixing the cause starts afresh."""
         self.eval_rows = 0  # lines in eval/task.jsonl: a resume trims the file back to them
         self.history: list[dict[str, Any]] = []
         self.batches: dict[int, Future] = {}
@@ -153,7 +154,6 @@ class Orchestrator:
             "generator_version": p.generator.version,
             "dropped_total": self.dropped_total,
             "left_out_total": self.left_out_total,
-            "left_out_window": [list(x) for x in self.left_out.steps],
             "eval_rows": self.eval_rows,
             "terms": {t.name: t.state_dict() for t in p.terms},
             "inflight": inflight,
@@ -164,8 +164,6 @@ class Orchestrator:
         self.next_step = state["step"]
         self.dropped_total = state["dropped_total"]
         self.left_out_total = state.get("left_out_total", 0)
-        self.left_out.steps.clear()
-        self.left_out.steps.extend((int(a), int(b)) for a, b in state.get("left_out_window", []))
         self.eval_rows = state.get("eval_rows", 0)
         self._generator_version = state["generator_version"]
         self._restored = {int(k): [[rollout_from_state(r) for r in g] for g in groups]

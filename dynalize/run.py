@@ -5,9 +5,12 @@ Reads the config, builds the parts, runs the loop, prints a summary. The setting
 dynalize/config.py; dotted overrides apply on top. With no arguments at all it runs the built-in
 demo, dynalize/assets/default.yaml (the sandbox task with Dynalize on, a few minutes on a CPU).
 
-Exit codes: 0 done; 2 bad input (one line: a config, a task, a run directory already in use, a
-resume that would change what the run is, no intact checkpoint); 3 the run stopped itself (one
-line, e.g. a judge that keeps failing; a checkpoint was written, `--resume` continues); 130
+Exit codes (README.md, docs/reliability.md): 0 finished; 1 an unexpected error (a bug, or task
+code raising) with its traceback; 2 bad input (one line: a config, a task, data, a run directory
+already in use, a resume that would change what the run is, no intact checkpoint, a full disk or
+a read-only folder), before anything is written or without damaging anything earlier; 3 the run
+stopped itself (one line: a judge that keeps failing, too many rollouts left out; a checkpoint
+was written, `--resume` continues); 4 finished with a held-out measurement incomplete; 130
 interrupted.
 """
 

@@ -52,3 +52,9 @@ def test_too_many_left_out_rollouts_stop_the_run_after_a_full_window(tmp_path, c
     assert [m["step"] for m in metrics] == [0, 1]  # step 0 alone did not stop it: the window was not full
     assert sum(m["left_out"] for m in metrics) > 0.2 * 16
     assert (tmp_path / "s" / "checkpoints" / "step_000002" / "manifest.json").is_file()
+
+
+def test_a_run_stopped_for_left_out_rollouts_resumes_once_the_limit_or_the_cause_changes(tmp_path, capsys):
+    assert main(argv(tmp_path, "left_out_window=2")) == 3
+    assert main(["--resume", str(tmp_path / "s"), "max_left_out_rate=null"]) == 0
+    assert [m["step"] for m in read_jsonl(tmp_path / "s" / "metrics.jsonl")] == [0, 1, 2]
