@@ -1,4 +1,4 @@
-"""Checkpoints on disk: written whole, verified on resume, loaded without unpickling anything.
+"""Checkpoints on disk: written whole, verified on resume, loaded without running code.
 
 `checkpoints/step_NNNNNN/` holds the learner's files (`policy/`, `train_state/`, `learner.json`),
 `rng.json` (Python and torch RNG state, as JSON), `state.json` (the orchestrator's state),
@@ -9,8 +9,10 @@ a `.tmp` folder, which is ignored.
 
 On resume the newest checkpoint whose files match its manifest, and that loads, is used; each
 damaged one is skipped with a warning that names what is wrong. With none left the run stops
-with one line. Nothing from a checkpoint is unpickled: the RNG state is JSON, and accelerate
-loads its optimizer and RNG files with `torch.load(weights_only=True)`. The one exception is a
+with one line; a checkpoint without a manifest is damaged unless it is recognisably from before
+manifests (`from_before_manifests`). Nothing in a checkpoint runs code: the RNG state is JSON,
+and accelerate loads its optimizer and RNG pickles with torch's restricted loader
+(`torch.load(weights_only=True)`: tensors and plain containers only). The one exception is a
 sharded (FSDP) `train_state/`: torch's distributed-checkpoint `.metadata` is read with pickle.
 """
 
@@ -23,6 +25,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +126,30 @@ def save_checkpoint(path: Path, learner: Any, state: dict[str, Any]) -> None:
     _fsync_dir(path.parent)
 
 
+STATE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "step": int, "data_position": int, "learner_version": int, "generator_version": int, "dropped_total": int,
+    "left_out_total": int, "eval_rows": int, "terms": dict}
+"""The types of the orchestrator's state in state.json (keys a checkpoint from an older version may lack)."""
+
+
+def state_problem(state: Any) -> str | None:
+    """What is wrong with the types of a loaded state.json, or None."""
+    if not isinstance(state, dict):
+        return f"state.json holds {type(state).__name__}, not an object"
+    for key, kind in STATE_TYPES.items():
+        value = state.get(key)
+        if key in state and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"state.json: {key} is {type(value).__name__} {str(value)[:40]!r}, not {getattr(kind, '__name__', kind)}"
+    if "step" not in state:
+        return "state.json has no step"
+    return None
+
+
 def load_checkpoint(path: Path, learner: Any) -> dict[str, Any]:
     """Restore the learner and RNG from `path`; return the orchestrator's state."""
     state = json.loads((path / "state.json").read_text())
+    if problem := state_problem(state):
+        raise ValueError(problem)
     state["inflight"] = json.loads((path / "inflight.json").read_text())
     learner.load(str(path))
     if (path / "rng.json").exists():
@@ -147,28 +171,43 @@ def checkpoints(folder: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if p.is_dir() and STEP_DIR.fullmatch(p.name)), reverse=True)
 
 
-def resume_from(folder: Path, learner: Any) -> tuple[Path, dict[str, Any]]:
-    """Load the newest intact checkpoint in `folder` into `learner`; (its path, the orchestrator's
-    state). Damaged ones are skipped with a warning; with none intact, ConfigError (one line)."""
+def resume_from(folder: Path, learner: Any, restore: Callable[[dict[str, Any]], None] | None = None
+                ) -> tuple[Path, dict[str, Any]]:
+    """Load the newest intact checkpoint in `folder` into `learner` (and its state through
+    `restore`, the orchestrator's `load_state_dict`); (its path, the orchestrator's state).
+    Damaged ones, and ones whose state does not load, are skipped with a warning; with none
+    intact, ConfigError (one line)."""
     found = checkpoints(folder)
     if not found:
         raise ConfigError(f"config error: {folder.parent} has no checkpoint to resume from")
     skipped = []
     for path in found:
         why = damage(path)
-        legacy = why is not None and not (path / MANIFEST).exists() and (path / "state.json").exists()
+        legacy = why is not None and from_before_manifests(path)
         if why is not None and not legacy:
             skipped.append(f"{path.name}: {why}")
             log.warning("checkpoint.damaged", checkpoint=str(path), problem=why)
             continue
         if legacy:
-            log.warning("checkpoint.unverified", checkpoint=str(path), problem=why)
+            log.warning("checkpoint.unverified", checkpoint=str(path),
+                        problem="written by a version from before manifests (rng.pt, no manifest.json): loaded unverified")
         try:
-            return path, load_checkpoint(path, learner)
+            state = load_checkpoint(path, learner)
+            if restore is not None:
+                restore(state)
+            return path, state
         except Exception as e:  # noqa: BLE001 - a checkpoint that does not load is damaged too
             skipped.append(f"{path.name}: {describe(e, 120)}")
             log.warning("checkpoint.unloadable", checkpoint=str(path), problem=describe(e))
     raise ConfigError(f"config error: no intact checkpoint to resume from in {folder}: " + "; ".join(skipped))
+
+
+def from_before_manifests(path: Path) -> bool:
+    """Whether a checkpoint without `manifest.json` is recognisably older than manifests (they came
+    with `rng.json`: such a checkpoint holds `rng.pt` instead). One that holds `rng.json` but no
+    manifest was written by this version and lost its manifest: damaged, never loaded unverified."""
+    return (not (path / MANIFEST).exists() and not (path / "rng.json").exists()
+            and (path / "rng.pt").is_file() and (path / "state.json").is_file())
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -6,6 +6,7 @@ naming the key (`ConfigError`).
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,8 +17,8 @@ from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 from .rubrics.config import RubricConfig
 
-__all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "load_config", "parse_override", "read_yaml",
-           "resume_conflict", "validate"]
+__all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "flatten", "load_config", "parse_override",
+           "read_yaml", "validate"]
 
 
 class Section(BaseModel):
@@ -212,6 +213,13 @@ class RunConfig(Section):
     """How many batches generation runs ahead of training (batch k uses policy k − async_level)."""
     max_off_policy_steps: int = Field(8, ge=0)
     """Drop rollouts sampled by a policy more than this many versions old."""
+    max_left_out_rate: float | None = Field(0.2, ge=0, le=1)
+    """Stop the run (checkpoint first, exit 3) when more than this share of the rollouts scored over
+    the last `left_out_window` steps was left out of the update: a group with a rollout some term
+    could not score (a failed judge verdict) trains on nothing (docs/reliability.md). A few failed
+    verdicts can cost many times their share in rollouts. None: never stop."""
+    left_out_window: int = Field(5, ge=1)
+    """Steps (with rollouts scored) that `max_left_out_rate` looks back over."""
     checkpoint_every: int = Field(10, ge=0)
     """Save a resumable checkpoint every N steps (0 = only at the end)."""
     eval_every: int = Field(0, ge=0)
@@ -245,6 +253,13 @@ class RunConfig(Section):
     """Rubric rewards: per-prompt weighted criteria a judge checks, Rubric Dropout, POW3R-style
     reweighting, and the proxy/gold measurement (off by default)."""
 
+    @field_validator("name")
+    @classmethod
+    def _one_folder_name(cls, v: str) -> str:
+        if problem := run_name_problem(v):
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _batch_divides(self) -> "RunConfig":
         if self.batch_size % self.group_size:
@@ -268,6 +283,22 @@ class RunConfig(Section):
         return Path(self.output_dir) / self.name
 
 
+def run_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a run's folder name inside `output_dir` (None if it can): it must be
+    one plain path component, so a run never writes outside `output_dir` or takes it over."""
+    if not name.strip():
+        return "must not be empty"
+    if name in (".", ".."):
+        return f"must be a folder name, not {name!r}"
+    if "/" in name or "\\" in name:
+        return "must be one folder name inside output_dir (no / or \\)"
+    if any(unicodedata.category(c).startswith("C") for c in name):
+        return "must not hold control characters (a newline, a tab)"
+    if len(name.encode("utf-8")) > 200:
+        return "must be at most 200 bytes long"
+    return None
+
+
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
@@ -287,6 +318,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
+        value = raw
+    if isinstance(value, str) and "\n" in raw.strip():  # YAML folds a newline into a space: keep it, checked as given
         value = raw
     return key.strip(), value
 
@@ -321,13 +354,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
     return validate(data)
 
 
-RESUME_LOCKED = ("seed", "batch_size", "group_size", "policy", "task", "reward_model.engine", "reward_model.path",
-                 "penalties.enabled", "penalties.lam")
-"""Settings a resume may not change (a key and everything under it): what is trained, on which
-prompts, for which reward, in which batch shape. Anything else (steps, lr, endpoints, budgets)
-may change on resume."""
-
-
 def flatten(tree: dict[str, Any], sep: str = ".", prefix: str = "") -> dict[str, Any]:
     """`{"a": {"b": 1}}` → `{"a<sep>b": 1}`; an empty section adds no key (a missing key reads as None)."""
     out: dict[str, Any] = {}
@@ -337,17 +363,6 @@ def flatten(tree: dict[str, Any], sep: str = ".", prefix: str = "") -> dict[str,
         else:
             out[f"{prefix}{k}"] = v
     return out
-
-
-def resume_conflict(saved: RunConfig, new: RunConfig) -> str | None:
-    """One line naming the first `RESUME_LOCKED` setting `new` changes from `saved`, or None."""
-    a, b = flatten(saved.model_dump(mode="json")), flatten(new.model_dump(mode="json"))
-    for key in sorted(set(a) | set(b)):
-        locked = any(key == k or key.startswith(k + ".") for k in RESUME_LOCKED)
-        if locked and a.get(key) != b.get(key):
-            return (f"config error: --resume cannot change {key} ({a.get(key)!r} -> {b.get(key)!r}): it changes "
-                    f"what the run is; start a new run (another name=) instead")
-    return None
 
 
 def config_yaml(cfg: RunConfig) -> str:

@@ -9,7 +9,12 @@ checkpoint is verified against its manifest first, and DIR is written whole or n
 
 A run exports its final policy to `<run>/final/` by itself when it ends (`export_final`).
 A LoRA run's export is the merged model, with the adapter alone (peft's format) in `DIR/adapter/`.
-Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damaged one, DIR in use).
+Nothing is ever deleted: DIR must be missing, empty, or (with `--overwrite`) an earlier export,
+which is then moved aside to `DIR.replaced-<time>`; a DIR that is or holds a run, or holds anything
+else, is refused. Each export carries a small marker file, `.dynalize-export.json`.
+
+Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damaged one, DIR in use);
+1 an unexpected error, with its traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import structlog
@@ -25,6 +31,7 @@ import structlog
 from .checkpoint import checkpoints, damage
 from .config import read_yaml
 from .errors import ConfigError
+from .runlog import is_run_dir, move_aside
 
 log = structlog.get_logger("dynalize.export")
 
@@ -49,31 +56,75 @@ def find_checkpoint(run: Path, step: int | None = None) -> Path:
     raise ConfigError(f"{run} has no intact checkpoint to export")
 
 
+MARKER = ".dynalize-export.json"
+"""Written into every export: the mark that lets `--overwrite` move a folder aside (it is ours)."""
+
+
+def out_problem(out: Path, run: Path, overwrite: bool) -> str | None:
+    """Why `out` cannot receive an export of `run` (None if it can). Only an empty folder, a
+    missing one, or with `overwrite` a previous export of ours (its marker, or a run's own
+    `final/` from before markers) may be used: never a run, a folder holding one, or other files."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        return f"{out} exists and is not a folder: choose another --out"
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    o, r = out.resolve(), run.resolve()
+    if o == r or r.is_relative_to(o):
+        return f"{out} is or holds the run {run}: choose another --out (an export never replaces a run)"
+    if is_run_dir(out) or any(is_run_dir(p) for p in out.iterdir() if p.is_dir()) or (
+            is_export(out) and any(is_run_dir(p.parent) for p in out.rglob("config.yaml"))):
+        return f"{out} holds a run: choose another --out (an export never replaces a run)"
+    if not is_export(out):
+        return (f"{out} already holds files that are not an export of dynalize: choose another --out "
+                f"(--overwrite only replaces an earlier export)")
+    if not overwrite:
+        return f"{out} already holds files: choose another --out, or pass --overwrite (the old export is moved aside)"
+    return None
+
+
+def is_export(folder: Path) -> bool:
+    """An export of ours: its marker, or a run's `final/` written before markers (a bare model folder)."""
+    legacy_final = (folder.name == "final" and (folder.parent / "config.yaml").is_file()
+                    and (folder / "config.json").is_file() and not any(p.is_dir() for p in folder.iterdir()))
+    return (folder / MARKER).is_file() or legacy_final
+
+
 def export_policy(run: str | Path, out: str | Path, step: int | None = None, overwrite: bool = False,
                   checkpoint: Path | None = None) -> Path:
-    """Copy the policy of `run`'s checkpoint (`find_checkpoint`) to `out`; returns `out`. An `out`
-    that holds files is refused unless `overwrite` (then it is replaced once the copy is whole).
-    `checkpoint`: one this process has just written, taken as it is (`find_checkpoint` would hash
-    every file of it, optimizer state included, a second time)."""
+    """Copy the policy of `run`'s checkpoint (`find_checkpoint`) to `out`; returns `out`. Nothing
+    is ever deleted: an `out` that holds files is refused (`out_problem`) unless it is an earlier
+    export and `overwrite`, and that one is then moved aside (`<out>.replaced-<time>`) once the
+    new copy is whole. `checkpoint`: one this process has just written, taken as it is
+    (`find_checkpoint` would hash every file of it, optimizer state included, a second time)."""
     run, out = Path(run), Path(out)
     source = (checkpoint or find_checkpoint(run, step)) / "policy"
     if not (source / "config.json").is_file():
         raise ConfigError(f"{source} holds no model (no config.json)")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ConfigError(f"{out} already holds files: choose another --out, or pass --overwrite")
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if problem := out_problem(out, run, overwrite):
+        raise ConfigError(problem)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-", dir=out.parent))  # ours alone: nothing else is removed
+    tmp.rmdir()
     dtype = policy_dtype(run)
-    if saved_dtype(source) == dtype:
-        shutil.copytree(source, tmp)
-    else:
-        resave(source, tmp, dtype)
-    if (source.parent / "adapter").is_dir():  # a LoRA run: the merged model above, its adapter beside
-        shutil.copytree(source.parent / "adapter", tmp / "adapter")
+    try:
+        if saved_dtype(source) == dtype:
+            shutil.copytree(source, tmp)
+        else:
+            resave(source, tmp, dtype)
+        if (source.parent / "adapter").is_dir():  # a LoRA run: the merged model above, its adapter beside
+            shutil.copytree(source.parent / "adapter", tmp / "adapter")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # our own half-written copy
+        raise
+    (tmp / MARKER).write_text(json.dumps({"run": str(run), "checkpoint": source.parent.name, "dtype": dtype}) + "\n")
     if not has_chat_template(tmp):
         log.warning("export.no_chat_template", out=str(out),
                     why="the policy's tokenizer has none (nor had its base model): set one before chatting with it")
-    shutil.rmtree(out, ignore_errors=True)
+    if out.is_dir() and any(out.iterdir()):
+        moved = move_aside(out)
+        log.info("export: the earlier export was moved aside", out=str(out), moved_to=str(moved))
+    elif out.is_dir():
+        out.rmdir()  # empty
     tmp.rename(out)
     return out
 
@@ -110,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run", metavar="RUN", help="the run directory (runs/<name>)")
     ap.add_argument("--step", type=int, help="the checkpoint after this many steps (default: the newest intact one)")
     ap.add_argument("--out", required=True, help="the model directory to write")
-    ap.add_argument("--overwrite", action="store_true", help="replace --out if it already holds files")
+    ap.add_argument("--overwrite", action="store_true", help="replace --out if it holds an earlier export (moved aside to <out>.replaced-<time>, never deleted)")
     args = ap.parse_args(argv)
     try:
         out = export_policy(args.run, args.out, args.step, args.overwrite)

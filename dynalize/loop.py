@@ -39,6 +39,7 @@ from .checkpoint import save_checkpoint
 from .config import RunConfig
 from .errors import RunStopped
 from .hooks import optional, owner_name, unwrap_hook_errors, user_code
+from .judge.stats import FailureWindow
 from .rewards.base import RewardTerm, score_batch
 from .rollouts import sample_groups
 from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
@@ -126,6 +127,9 @@ class Orchestrator:
         self.next_step = 0
         self.dropped_total = 0
         self.left_out_total = 0
+        self.left_out = FailureWindow(cfg.max_left_out_rate, cfg.left_out_window)
+        """Rollouts left out and scored over the last steps: `max_left_out_rate`'s stop rule. Not
+        checkpointed, like the judge's window: a resume after fixing the cause starts afresh."""
         self.eval_rows = 0  # lines in eval/task.jsonl: a resume trims the file back to them
         self.history: list[dict[str, Any]] = []
         self.batches: dict[int, Future] = {}
@@ -250,7 +254,7 @@ class Orchestrator:
         self.trackers.log_step(record, events, rollouts)
         log.debug("step", **{k: v for k, v in record.items() if not isinstance(v, dict)})
         self.next_step = step + 1
-        stop = next((why for t in p.terms if (why := t.stop_reason())), None)
+        stop = next((why for t in p.terms if (why := t.stop_reason())), None) or self.left_out_stop()
         due = cfg.checkpoint_every and self.next_step % cfg.checkpoint_every == 0
         if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
@@ -275,11 +279,23 @@ class Orchestrator:
             else:
                 kept.append(g)
         self.left_out_total += left_out
+        self.left_out.add(left_out, len(batch.rollouts))
         if left_out:
             log.warning("groups with unscored rollouts are left out of the update", step=batch.step,
                         rollouts=left_out, total=self.left_out_total)
-        record.update({"left_out": left_out, "left_out_total": self.left_out_total})
+        record.update({"left_out": left_out, "left_out_total": self.left_out_total,
+                       "left_out_rate": left_out / len(batch.rollouts) if batch.rollouts else 0.0})
         return Batch(step=batch.step, groups=kept)
+
+    def left_out_stop(self) -> str | None:
+        """One line when more than `max_left_out_rate` of the rollouts scored over the last
+        `left_out_window` steps were left out of the update, else None."""
+        if (over := self.left_out.over_limit()) is None:
+            return None
+        n, scored = over
+        return (f"{n} of {scored} rollouts ({n / scored:.0%}) were left out of the update over the last "
+                f"{len(self.left_out.steps)} steps, more than max_left_out_rate={self.left_out.max_rate}: their groups "
+                f"held a rollout no term could score (see judge/failed_verdicts and the judge's last error)")
 
     async def collect(self, step: int, record: dict[str, Any]) -> tuple[Batch, float]:
         """Batch `step`, with stale rollouts dropped (counted in `record`), and its generation time."""

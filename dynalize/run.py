@@ -5,9 +5,12 @@ Reads the config, builds the parts, runs the loop, prints a summary. The setting
 dynalize/config.py; dotted overrides apply on top. With no arguments at all it runs the built-in
 demo, dynalize/assets/default.yaml (the sandbox task with Dynalize on, a few minutes on a CPU).
 
-Exit codes: 0 done; 2 bad input (one line: a config, a task, a run directory already in use, a
-resume that would change what the run is, no intact checkpoint); 3 the run stopped itself (one
-line, e.g. a judge that keeps failing; a checkpoint was written, `--resume` continues); 130
+Exit codes (README.md, docs/reliability.md): 0 finished; 1 an unexpected error (a bug, or task
+code raising) with its traceback; 2 bad input (one line: a config, a task, data, a run directory
+already in use, a resume that would change what the run is, no intact checkpoint, a full disk or
+a read-only folder), before anything is written or without damaging anything earlier; 3 the run
+stopped itself (one line: a judge that keeps failing, too many rollouts left out; a checkpoint
+was written, `--resume` continues); 4 finished with a held-out measurement incomplete; 130
 interrupted.
 """
 
@@ -30,11 +33,12 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from .checkpoint import resume_from
-from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config, resume_conflict
+from .checkpoint import checkpoints, resume_from
+from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config
 from .errors import RunStopped
 from .hooks import HookError
-from .runlog import RunDir, read_jsonl
+from .resume import freeze_derived, resume_config, steps_problem
+from .runlog import RunDir, filesystem_problem, read_jsonl
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
 log = structlog.get_logger("dynalize.run")
@@ -119,11 +123,10 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
         if args.overwrite:
             raise ConfigError("config error: --resume continues a run and --overwrite replaces it: give one")
         cfg = load_config(args.config or saved, args.overrides)
-        cfg.output_dir, cfg.name = str(Path(args.resume).parent), Path(args.resume).name
-        if problem := resume_conflict(load_config(saved), cfg):
-            raise ConfigError(problem)
-        return cfg
-    return load_config(base_config(args), args.overrides)
+        run = Path(args.resume) if Path(args.resume).name not in ("", "..") else Path(args.resume).resolve()
+        cfg.output_dir, cfg.name = str(run.parent), run.name
+        return resume_config(load_config(saved), cfg)
+    return freeze_derived(load_config(base_config(args), args.overrides))
 
 
 def base_config(args: argparse.Namespace) -> Path | None:
@@ -160,7 +163,9 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     from .build import build_parts
     from .loop import Orchestrator
 
-    run_dir = cfg.run_dir
+    run_dir, cfg = cfg.run_dir, freeze_derived(cfg)
+    if problem := RunDir(run_dir).problem():
+        raise ConfigError(f"config error: {problem}")
     if not resume and not overwrite and RunDir(run_dir).holds_run():
         raise ConfigError(f"config error: {run_dir} already holds a run: continue it with --resume {run_dir}, "
                           f"start afresh with --overwrite (the old directory is moved aside), or pick another name=")
@@ -170,12 +175,18 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
         moved = parts.run.move_aside()
         log.warning("overwrite: the earlier run was moved aside", run=str(run_dir), moved_to=str(moved))
     orchestrator = Orchestrator(parts)
+    if resume and not checkpoints(parts.run.checkpoints_dir):  # killed before its first checkpoint
+        log.warning("resume: no checkpoint yet, so the run starts again from step 0 with its saved config "
+                    "(the same seed: the same run)", run=str(run_dir))
+        parts.run.truncate(0, 0, [t.name for t in parts.terms])
+        resume = False
     if resume:
-        ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner)
-        orchestrator.load_state_dict(state)
+        ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner, orchestrator.load_state_dict)
+        if problem := steps_problem(cfg.steps, orchestrator.next_step):
+            raise ConfigError(problem)
         if "eval_rows" not in state and parts.run.eval_path.exists():  # a checkpoint from before eval_rows
             orchestrator.eval_rows = len(read_jsonl(parts.run.eval_path))
-        parts.run.truncate(orchestrator.next_step, state.get("eval_rows"))
+        parts.run.truncate(orchestrator.next_step, state.get("eval_rows"), [t.name for t in parts.terms])
         log.info("resuming", run=str(run_dir), step=orchestrator.next_step, checkpoint=ckpt.name)
     parts.run.create()
     dump_config(cfg, run_dir / "config.yaml")
@@ -253,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", "".join(traceback.format_exception(err.error)),  # task, then its traceback
                   sep="\n", end="", file=sys.stderr)
             return 1
+        if problem := filesystem_problem(_find(e, (OSError,))):  # a full disk, a read-only folder
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         raise
     if history:
         Console().print(summary_table(cfg, history))

@@ -10,11 +10,12 @@ unless told to move it aside (`--overwrite`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .types import Message, Rollout
 
@@ -49,6 +50,39 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def move_aside(path: Path) -> Path:
+    """Rename `path` to `<name>.replaced-<time>` beside it (kept whole: delete it yourself); the new path."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.replaced-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.replaced-{stamp}-{n}")
+    os.replace(path, target)
+    return target
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run directory (its config.yaml beside metrics or checkpoints)."""
+    return (path / "config.yaml").is_file() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir())
+
+
+FILESYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EEXIST,
+                               errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EFBIG, errno.EIO})
+"""The errors of a disk or folder that is full, read-only, or not what a run needs."""
+
+
+def filesystem_problem(e: BaseException | None) -> str | None:
+    """One line for a file system error (a full disk, a read-only folder, a path that is not a
+    folder), naming the path and the cause; None for any other error. Files are written whole
+    (checkpoints renamed when complete, lines fsynced), so what was written before is intact."""
+    if not isinstance(e, OSError) or e.errno not in FILESYSTEM_ERRORS:
+        return None
+    where = f"{e.filename}: " if e.filename else ""
+    return (f"file system error: {where}{e.strerror or e} (what was written before is intact: "
+            f"fix the cause, then --resume the run)")
+
+
 class RunDir:
     """Paths and writers of one run directory. Nothing is written until `create()`."""
 
@@ -63,20 +97,29 @@ class RunDir:
         for d in (self.root, self.rollouts_dir, self.checkpoints_dir, self.eval_path.parent):
             d.mkdir(parents=True, exist_ok=True)
 
+    def problem(self) -> str | None:
+        """Why a run cannot be written here, in one line (None if it can): its folder is a dangling
+        link or not a folder, or the nearest existing folder above it is not a writable folder."""
+        root, base = self.root, self.root
+        while not base.exists():
+            if base.is_symlink():
+                return f"{base} is a symbolic link to {os.readlink(base)}, which does not exist"
+            if base == base.parent:
+                break
+            base = base.parent
+        if not base.is_dir():
+            return f"{base} is not a folder: the run's folder {root} cannot be made there"
+        if not os.access(base, os.W_OK | os.X_OK):
+            return f"{base} is not writable: the run's folder {root} cannot be written"
+        return None
+
     def holds_run(self) -> bool:
         """Whether the directory holds any file (an earlier run, or anything else)."""
         return self.root.is_dir() and any(p.is_file() for p in self.root.rglob("*"))
 
     def move_aside(self) -> Path:
         """Rename the directory to `<name>.replaced-<time>` (kept whole: delete it yourself)."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = self.root.with_name(f"{self.root.name}.replaced-{stamp}")
-        n = 1
-        while target.exists():
-            n += 1
-            target = self.root.with_name(f"{self.root.name}.replaced-{stamp}-{n}")
-        os.replace(self.root, target)
-        return target
+        return move_aside(self.root)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         append_jsonl(self.metrics_path, record)
@@ -89,12 +132,14 @@ class RunDir:
         for e in events:
             append_jsonl(self.root / f"{name}.jsonl", e)
 
-    def truncate(self, from_step: int, eval_rows: int | None = None) -> None:
-        """On resume: forget the metric and event lines of steps ≥ from_step (they run again), and
-        the held-out evaluations after the first `eval_rows` (None: keep them all)."""
-        for path in sorted(self.root.glob("*.jsonl")):
-            keep = [r for r in read_jsonl(path) if r.get("step", -1) < from_step]
-            write_jsonl_atomic(path, keep)
+    def truncate(self, from_step: int, eval_rows: int | None = None, event_logs: Sequence[str] = ()) -> None:
+        """On resume: forget the lines of steps ≥ from_step (they run again) in metrics.jsonl and
+        the event logs `<name>.jsonl` of `event_logs` (the run's reward terms), and the held-out
+        evaluations after the first `eval_rows` (None: keep them all). Only these files, named
+        explicitly, are rewritten: anything else in the folder is not the run's."""
+        for path in (self.metrics_path, *(self.root / f"{name}.jsonl" for name in dict.fromkeys(event_logs))):
+            if path.is_file():
+                write_jsonl_atomic(path, [r for r in read_jsonl(path) if r.get("step", -1) < from_step])
         if eval_rows is not None and self.eval_path.exists():
             write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
 

@@ -27,3 +27,15 @@ def strict(messages) -> str:
 def length_reward(replies):
     """A Python RM: longer replies score higher."""
     return [min(len(r), 200) / 200 for r in replies]
+
+
+def broken_for_some(messages) -> str:
+    """A proxy that never answers (prose, no JSON) on about half the replies, the same ones every time."""
+    import hashlib
+
+    keys, _ = _listed(messages)
+    user = messages[-1].content
+    nonce = re.search(r"<reply-([0-9a-f]+)>", user).group(1)  # random per call: left out of the hash
+    if hashlib.sha256(user.replace(nonce, "").encode()).digest()[0] % 2 == 0:
+        return "I cannot judge this reply."
+    return json.dumps({k: True for k, _ in keys})

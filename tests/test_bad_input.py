@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 import structlog
+import yaml
 
 from dynalize.config import load_config
 from dynalize.run import main, train
@@ -156,3 +157,155 @@ def test_no_intact_checkpoint_is_one_line(tmp_path, earlier, capsys):
         (ckpt / "state.json").write_text("{}")
     fails_cleanly(["--resume", str(earlier), "steps=3"], capsys, tmp_path,
                   "no intact checkpoint to resume from in")
+
+
+@pytest.mark.parametrize("name", ["/".join(["..", "escaped"]), "{abs}", ".", "..", "a\nb", "", "sub/run"])
+@pytest.mark.parametrize("how", ["override", "override --overwrite", "config file"])
+def test_a_run_name_must_be_one_folder_name_inside_output_dir(tmp_path, earlier, capsys, name, how):
+    name = name.replace("{abs}", str(tmp_path / "elsewhere"))
+    argv = [a for a in toy(tmp_path) if not a.startswith("name=")]
+    if how == "config file":
+        (tmp_path / "named.yaml").write_text(yaml.safe_dump({"name": name}))
+        argv = ["--config", str(tmp_path / "named.yaml"), *argv]
+    else:
+        argv = [*argv, f"name={name}", *how.split()[1:]]
+    new = fails_cleanly(argv, capsys, tmp_path, "name: must")
+    assert new == [] and sorted(p.name for p in tmp_path.iterdir()) == sorted(["runs", *(["named.yaml"] * (how == "config file"))])
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run"]
+
+
+def _fake(prefix: str, n: int, alphabet: str = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789") -> str:
+    rng = __import__("random").Random(prefix)
+    return prefix + "".join(rng.choice(alphabet) for _ in range(n))
+
+
+PASTED_KEYS = {  # fakes in the shape of each provider's keys
+    "hugging face": _fake("hf_", 34), "groq": _fake("gsk_", 52), "github": _fake("ghp_", 36),
+    "github fine-grained": _fake("github_pat_11A", 40), "aws access key id": _fake("AKIA", 16, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
+    "replicate": _fake("r8_", 37), "npm": _fake("npm_", 36), "stripe-like": _fake("sk_live_", 24),
+    "bare random": _fake("", 32), "hex secret": _fake("", 40, "0123456789abcdef"),
+    "random after a name": _fake("MY_KEY_", 24),
+}
+
+
+@pytest.mark.parametrize("kind", list(PASTED_KEYS))
+def test_a_pasted_key_as_api_key_env_is_refused_and_never_printed_or_written(tmp_path, earlier, capsys, kind):
+    key = PASTED_KEYS[kind]
+    argv = toy(tmp_path, "new") + ["penalties.enabled=true", "penalties.judge.engine=llm",
+                                   "penalties.judge.chat.base_url=http://127.0.0.1:9/v1", "penalties.judge.chat.model=m",
+                                   f"penalties.judge.chat.api_key_env={key}"]
+    assert fails_cleanly(argv, capsys, tmp_path, "api_key_env: must be the NAME of an environment variable") == []
+    assert key not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "MY_KEY_2", "HF_TOKEN", "GROQ_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                                  "HUGGINGFACEHUB_API_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS", "JUDGE_KEY_20240101",
+                                  "hf_token", "sk_key_name", "OPENAI_API_KEY_PROJECT_ALPHA", "K"])
+def test_real_variable_names_pass_as_api_key_env(name):
+    from dynalize.backends.config import ChatModelConfig
+
+    assert ChatModelConfig(api_key_env=name).api_key_env == name
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["rubric.coef=2"], "--resume cannot change rubric.coef (1.0 -> 2.0)"),
+    (["rubric.dropout.f=0.3"], "--resume cannot change rubric.dropout.f (0.0 -> 0.3)"),
+    (["rubric.dropout.schedule=linear"], "--resume cannot change rubric.dropout.schedule"),
+    (["rubric.reweight.method=pow3r"], "--resume cannot change rubric.reweight.method ('none' -> 'pow3r')"),
+    (["rubric.enabled=true", "reward_model.enabled=false"], "--resume cannot change reward_model.enabled (True -> False)"),
+    (["reward_model.max_length=16"], "--resume cannot change reward_model.max_length (2048 -> 16)"),
+    (["penalties.lam=1.0"], "--resume cannot change penalties.lam (0.5 -> 1.0)"),
+])
+def test_a_resume_may_not_change_what_defines_the_reward(tmp_path, earlier, capsys, argv, needle):
+    fails_cleanly(["--resume", str(earlier), "steps=3", *argv], capsys, tmp_path, needle)
+
+
+def test_a_resume_may_change_what_only_changes_speed_or_endpoints(tmp_path, earlier):
+    assert main(["--resume", str(earlier), "steps=3", "reward_model.batch_size=4", "trainer.micro_batch_size=4"]) == 0
+    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_a_resume_with_fewer_steps_than_done_is_refused_and_rewrites_nothing(tmp_path, earlier, capsys):
+    fails_cleanly(["--resume", str(earlier), "steps=1"], capsys, tmp_path,
+                  "--resume with steps=1, but the run has already trained 2 steps: steps may only grow")
+    assert "steps: 2" in (earlier / "config.yaml").read_text()
+
+
+def test_an_annealed_dropout_schedule_is_frozen_at_the_first_start_and_kept_when_extending(tmp_path):
+    argv = toy(tmp_path, "annealed") + ["rubric.dropout.schedule=linear", "rubric.dropout.f=0.5"]
+    assert main(argv) == 0
+    run = tmp_path / "runs" / "annealed"
+    saved = lambda: yaml.safe_load((run / "config.yaml").read_text())["rubric"]["dropout"]  # noqa: E731
+    assert saved()["anneal_steps"] == 2  # the first start's steps, in config.yaml
+    assert main(["--resume", str(run), "steps=3"]) == 0  # extending: the schedule of a 2-step start, not re-derived
+    assert saved()["anneal_steps"] == 2
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("anneal_steps: 2", "anneal_steps: null"))
+    assert main(["--resume", str(run), "steps=4"]) == 0  # a run from before: derived from its saved steps (3)
+    assert saved()["anneal_steps"] == 3
+
+
+# --- the file system: one line naming the path and the cause, nothing earlier damaged -----------------
+
+def test_an_output_dir_below_a_file_is_one_line(tmp_path, earlier, capsys):
+    (tmp_path / "afile").write_text("not a folder")
+    argv = [a for a in toy(tmp_path, "new") if not a.startswith("output_dir=")] + [f"output_dir={tmp_path / 'afile' / 'runs'}"]
+    assert fails_cleanly(argv, capsys, tmp_path, f"{tmp_path / 'afile'} is not a folder") == []
+
+
+def test_a_run_name_that_is_a_dangling_link_is_one_line(tmp_path, earlier, capsys):
+    (tmp_path / "runs" / "new").symlink_to(tmp_path / "nowhere")
+    fails_cleanly(toy(tmp_path, "new"), capsys, tmp_path, "is a symbolic link to")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_read_only_folder_is_one_line(tmp_path, earlier, capsys, monkeypatch):
+    import errno
+
+    from dynalize.runlog import RunDir
+
+    def read_only(self):  # what mkdir in a read-only folder raises (root ignores chmod, so it is raised here)
+        raise PermissionError(errno.EACCES, "Permission denied", str(self.root))
+
+    monkeypatch.setattr(RunDir, "create", read_only)
+    fails_cleanly(toy(tmp_path, "new"), capsys, tmp_path, f"file system error: {tmp_path / 'runs' / 'new'}: Permission denied")
+
+
+def test_a_full_disk_mid_run_is_one_line_and_the_resume_matches_a_clean_run(tmp_path, finished_run, capsys, monkeypatch):
+    import errno
+
+    import dynalize.runlog
+    from dynalize.checkpoint import damage
+
+    real, writes = dynalize.runlog.append_jsonl, []
+
+    def fills_up(path, record):
+        if path.name == "metrics.jsonl":
+            writes.append(record["step"])
+            if record["step"] == 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, record)
+
+    monkeypatch.setattr(dynalize.runlog, "append_jsonl", fills_up)
+    assert main(["--log-level", "ERROR", *toy(tmp_path, "full")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: file system error: No space left on device"), err
+    run = tmp_path / "runs" / "full"
+    assert damage(run / "checkpoints" / "step_000001") is None and writes == [0, 1]
+    monkeypatch.setattr(dynalize.runlog, "append_jsonl", real)  # space freed
+    assert main(["--resume", str(run)]) == 0
+    resumed, clean = read_jsonl(run / "metrics.jsonl"), read_jsonl(finished_run / "metrics.jsonl")
+    assert [m["step"] for m in resumed] == [0, 1]
+    for key in ("loss", "reward/mean", "grad_norm", "gen_len/mean"):
+        assert [m[key] for m in resumed] == [m[key] for m in clean], key
+
+
+def test_a_state_json_with_wrong_types_is_one_line(tmp_path, earlier, capsys):
+    import json
+
+    from dynalize.checkpoint import write_manifest
+
+    for ckpt in (earlier / "checkpoints").iterdir():
+        state = json.loads((ckpt / "state.json").read_text())
+        (ckpt / "state.json").write_text(json.dumps({**state, "step": str(state["step"]), "terms": []}))
+        write_manifest(ckpt)  # consistent with its manifest: only the types are wrong
+    fails_cleanly(["--resume", str(earlier), "steps=3"], capsys, tmp_path, "state.json: step is str '2', not int")

@@ -238,3 +238,57 @@ def test_json_is_parsed_off_the_event_loop(monkeypatch):
 
     anyio.run(main)
     assert max(gaps) < 0.3, max(gaps)
+
+
+# --- the judge's time budget holds against JSON repair -------------------------------------------------
+
+def test_a_long_reply_that_is_not_json_is_never_handed_to_json_repair(monkeypatch):
+    import json_repair
+
+    repaired = []
+    monkeypatch.setattr(json_repair, "loads", lambda text, *a, **k: repaired.append(len(text)) or {})
+    prose = "{ note: a, b } " * 6_300  # 94 KB of prose full of braces: json-repair takes minutes on it
+    with pytest.raises(ValueError, match="too long to repair"):
+        parse_json(prose)
+    assert repaired == [] and len(prose) > REPAIR_MAX_CHARS
+    parse_json('{"p001": tru')  # a short cut answer is still repaired
+    assert repaired == [len('{"p001": tru')]
+
+
+def test_a_json_answer_inside_long_prose_is_still_read_without_repair(monkeypatch):
+    import json_repair
+
+    monkeypatch.setattr(json_repair, "loads", lambda *a, **k: pytest.fail("repair was called"))
+    reply = "Let me think. " * 5_000 + '```json\n{"p001": true, "p002": false}\n```'
+    assert parse_json(reply, VERDICT | {"required": ["p001"]}) == {"p001": True, "p002": False}
+
+
+def test_the_judge_time_budget_abandons_a_parse_still_running(monkeypatch):
+    """The verdicts of a call whose answer is still being parsed when the budget ends are failed
+    by the budget: the step does not wait for the parse thread."""
+    import threading
+
+    import dynalize.backends.chat as chat
+    from dynalize.judge.config import JudgeConfig
+    from dynalize.judge.judge import Judge
+    from dynalize.types import Penalty
+
+    release, started = threading.Event(), threading.Event()
+    real = chat._parse_checked
+
+    def slow_parse(raw, schema, check):  # a repair that takes far longer than the budget
+        started.set()
+        release.wait(60)
+        return real(raw, schema, check)
+
+    monkeypatch.setattr(chat, "_parse_checked", slow_parse)
+    penalty = Penalty("p001", "Flatters", "Praises the user.")
+    judge = Judge(ScriptedChatModel(lambda msgs: '{"p001": true}'), JudgeConfig(time_budget_s=0.5, retries=1))
+    try:
+        out = anyio.run(judge.assess, ["a reply", "another"], [penalty], 1)
+        still_parsing = started.is_set() and not release.is_set()
+    finally:
+        release.set()
+    assert still_parsing  # assess returned while the parse thread was still blocked
+    assert [j.failed for j in out] == [{"p001"}, {"p001"}]
+    assert judge.stats.timed_out == 2 and "time budget" in judge.last_error

@@ -89,6 +89,8 @@ DAMAGE = {
     "state.json deleted": lambda c: (c / "state.json").unlink(),
     "unknown file planted": lambda c: (c / "train_state" / "extra.pkl").write_bytes(b"x"),
     "crafted rng pickle": _crafted_rng,
+    "weights edited, manifest deleted": lambda c: (_flip(c / "policy" / "model.safetensors"),
+                                                   (c / "manifest.json").unlink()),
 }
 
 
@@ -179,9 +181,7 @@ def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills.append(_lines(run / "metrics.jsonl"))
-        has_checkpoint = any(p.name.startswith("step_") and not p.name.endswith(".tmp")
-                             for p in (run / "checkpoints").iterdir())
-        proc = _launch(["--resume", str(run)] if has_checkpoint else ["--overwrite", *argv], log)
+        proc = _launch(["--resume", str(run)], log)  # before the first checkpoint too: it starts again
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     assert main(toy(tmp_path, "straight", steps, "task.args.rm_delay=0.15")) == 0  # the same base config as the CLI's
     why = f"seed {seed}, killed after these many metric lines: {kills}"
@@ -203,3 +203,47 @@ def test_resume_trims_held_out_evaluations_like_metrics(tmp_path):
     assert main(["--resume", str(run)]) == 0  # step 1 and its evaluation run again
     assert [e["version"] for e in read_jsonl(run / "eval" / "task.jsonl")] == [0, 1, 2]
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1]
+
+
+def test_resume_rewrites_only_the_runs_own_files(three_steps, tmp_path):
+    source, metrics = three_steps
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    shutil.rmtree(run / "checkpoints" / "step_000003")  # steps 2 runs again: its lines are trimmed
+    mine = {"todo.jsonl": "buy milk\n", "notes.jsonl": '{"step": 7}\n{"step": 1, "note": "x"}\n'}
+    for name, text in mine.items():
+        (run / name).write_text(text)
+    assert main(["--resume", str(run)]) == 0
+    assert {name: (run / name).read_text() for name in mine} == mine
+    same_steps(read_jsonl(run / "metrics.jsonl"), metrics)
+
+
+def test_a_checkpoint_from_before_manifests_loads_with_one_line_saying_so(three_steps, tmp_path, capsys):
+    import json
+
+    source, metrics = three_steps
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    old = run / "checkpoints" / "step_000003"  # as the version before manifests wrote it: rng.pt, no manifest
+    state = json.loads((old / "rng.json").read_text())
+    set_rng_state(state)
+    torch.save({"python": random.getstate(), "torch": torch.get_rng_state()}, old / "rng.pt")
+    (old / "rng.json").unlink()
+    (old / "manifest.json").unlink()
+    assert main(["--resume", str(run), "steps=4"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint.unverified" in line]
+    assert len(lines) == 1 and "from before manifests" in lines[0] and "step_000003" in lines[0]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_scratch_as_the_same_run(three_steps, tmp_path, capsys):
+    source, metrics = three_steps
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    for ckpt in (run / "checkpoints").iterdir():  # as if killed during step 1, before any checkpoint
+        shutil.rmtree(ckpt)
+    shutil.rmtree(run / "final")
+    (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
+    assert main(["--resume", str(run)]) == 0
+    assert "starts again from step 0" in capsys.readouterr().err
+    same_steps(read_jsonl(run / "metrics.jsonl"), metrics)  # the same seed: the same run

@@ -18,6 +18,9 @@ from dynalize.export import main as export_main
 from dynalize.run import main as run_main
 
 
+MARKER = ".dynalize-export.json"  # what every export carries (dynalize.export.MARKER)
+
+
 def weights(model_dir) -> dict[str, torch.Tensor]:
     return load_file(str(model_dir / "model.safetensors"))
 
@@ -36,7 +39,8 @@ def test_a_run_ends_with_its_final_policy_as_a_plain_model_directory(run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     final = run / "final"
-    assert sorted(p.name for p in final.iterdir()) == sorted(p.name for p in (run / "checkpoints/step_000002/policy").iterdir())
+    assert sorted(p.name for p in final.iterdir() if p.name != MARKER) == sorted(
+        p.name for p in (run / "checkpoints/step_000002/policy").iterdir())
     for name, tensor in weights(run / "checkpoints/step_000002/policy").items():
         assert torch.equal(weights(final)[name], tensor)
     assert not any(torch.equal(weights(final)[k], v) for k, v in weights(run / "checkpoints/step_000001/policy").items()
@@ -96,7 +100,8 @@ def test_export_cli_writes_the_chosen_checkpoint(run, tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--step", "7"], "has no checkpoint at step 7 (checkpoints at steps: 1, 2)"),
-    (["--out", "{out}"], "already holds files: choose another --out, or pass --overwrite"),
+    (["--out", "{out}"], "already holds files that are not an export of dynalize: choose another --out"),
+    (["--out", "{out}", "--overwrite"], "already holds files that are not an export of dynalize"),
 ])
 def test_export_cli_bad_input_is_one_line(run, tmp_path, capsys, args, message):
     (tmp_path / "taken").mkdir()
@@ -166,3 +171,46 @@ def test_vllm_loads_the_exported_policy_unchanged_and_agrees_with_transformers(r
     assert out.prompt_token_ids == prompt  # vLLM applied the exported chat template
     assert list(out.outputs[0].token_ids) == ids[len(prompt):]
     assert json.loads((run / "final" / "config.json").read_text())["tie_word_embeddings"] is True
+
+
+def snapshot(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("where", ["the run itself", "the folder holding the runs", "a folder inside the run"])
+def test_export_overwrite_never_deletes_a_run(run, tmp_path, capsys, where):
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(run, runs / "a")
+    shutil.copytree(run, runs / "b")
+    out = {"the run itself": runs / "a", "the folder holding the runs": runs,
+           "a folder inside the run": runs / "a" / "checkpoints"}[where]
+    before = snapshot(runs)
+    assert export_main([str(runs / "a"), "--out", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("run" in err[0] or "not an export" in err[0]), err
+    assert snapshot(runs) == before and sorted(p.name for p in runs.iterdir()) == ["a", "b"]
+
+
+def test_export_overwrite_moves_the_earlier_export_aside_and_deletes_nothing(run, tmp_path, capsys):
+    out = tmp_path / "policy"
+    assert export_main([str(run), "--step", "1", "--out", str(out)]) == 0
+    assert (out / MARKER).is_file()
+    first = snapshot(out)
+    assert export_main([str(run), "--step", "2", "--out", str(out)]) == 2  # no --overwrite: refused
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert export_main([str(run), "--step", "2", "--out", str(out), "--overwrite"]) == 0
+    [aside] = [p for p in tmp_path.iterdir() if p.name.startswith("policy.replaced-")]
+    assert snapshot(aside) == first
+    assert all(torch.equal(weights(out)[k], v) for k, v in weights(run / "checkpoints/step_000002/policy").items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy", aside.name]  # no temporary folder left
+
+
+def test_export_never_removes_a_folder_named_like_its_temporary_one(run, tmp_path):
+    """The old code wrote to `<out>.tmp` and removed whatever was there first."""
+    mine = tmp_path / "policy.tmp"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert export_main([str(run), "--out", str(tmp_path / "policy")]) == 0
+    assert (mine / "notes.txt").read_text() == "mine"

@@ -141,7 +141,7 @@ def test_flaky_api_run_finishes_and_counts_exactly_the_verdicts_never_given(tmp_
     answer = SaneModel()
     plan = FaultPlan(answer, TRANSIENT, rate=0.1)
     with FaultServer(answer, plan, hang_s=2.5, trickle_s=2.5, huge_bytes=1_000_000) as server:
-        argv = toy(tmp_path, 6, "penalties.every=1", "penalties.judge.max_failure_rate=0.6",
+        argv = toy(tmp_path, 6, "penalties.every=1", "penalties.judge.max_failure_rate=0.6", "max_left_out_rate=null",
                    *chat("judge", server.base_url), *chat("proposer", server.base_url))
         assert main(argv) == 0, capsys.readouterr().err[-3000:]
     out = capsys.readouterr().out
@@ -182,7 +182,7 @@ def test_nothing_the_proposer_accepted_is_lost_under_latency(tmp_path):
     answer = SaneModel()
     plan = FaultPlan(answer, [], rate=0.3, seed=1)
     with FaultServer(answer, plan, hang_s=1.2, trickle_s=1.2, huge_bytes=1_000_000) as server:
-        argv = toy(tmp_path, 10, "penalties.every=1", "penalties.judge.max_failure_rate=null",
+        argv = toy(tmp_path, 10, "penalties.every=1", "penalties.judge.max_failure_rate=null", "max_left_out_rate=null",
                    "task.args.rm_delay=0.25", *chat("judge", server.base_url), *chat("proposer", server.base_url))
         assert main(argv) == 0
     metrics = read_jsonl(tmp_path / "run" / "metrics.jsonl")
@@ -207,6 +207,7 @@ def test_judge_down_stops_the_run_within_a_bounded_step_time_then_resumes(tmp_pa
         down = closed_port_url()
         judge = chat("judge", down, max_retries=2, retry_wait=0.2, max_concurrency=2)
         argv = toy(tmp_path, 6, "penalties.every=4", "penalties.judge.failure_window=2",
+                   "penalties.judge.reasks=0",  # one call's retry schedule (a re-ask runs a second one)
                    *judge, *chat("proposer", proposer_server.base_url))
         assert main(argv) == 3
         line = stopped(capsys)

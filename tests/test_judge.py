@@ -47,7 +47,7 @@ def test_malformed_but_repairable_output():
 def test_missing_ids_fail_and_invented_ids_are_ignored():
     partial = '{"p001": true, "p999": true, "p002": "maybe"}'
     chat = ScriptedChatModel([partial] * 3)
-    judge = Judge(chat, JudgeConfig(retries=3))
+    judge = Judge(chat, JudgeConfig(retries=3, reasks=0))
     [j] = run(judge, ["text"], [P1, P2, Penalty("p004", "Pads", "Adds filler.")])
     assert len(chat.calls) == 3  # a partial answer is retried first
     assert j.verdicts == {"p001": True, "p002": False, "p004": False}
@@ -64,7 +64,7 @@ def test_partial_answer_then_complete_on_retry():
 
 def test_failed_call_counts_every_penalty():
     chat = ScriptedChatModel(["no", "still no", "nope", RuntimeError("boom")])
-    judge = Judge(chat, JudgeConfig(retries=3))
+    judge = Judge(chat, JudgeConfig(retries=3, reasks=0))
     [j] = run(judge, ["a"], [P1, P2])
     assert j.verdicts == {"p001": False, "p002": False} and j.failed == {"p001", "p002"}
     assert judge.stats.failed_calls == 1 and judge.stats.failures == 2 and judge.stats.calls == 1
@@ -73,6 +73,21 @@ def test_failed_call_counts_every_penalty():
     assert judge.stats.metrics()["judge/failed_calls"] == 2.0
     judge.stats.reset()
     assert judge.stats.failures == 0 and judge.stats.latency_sum == 0.0
+
+
+def test_a_failed_verdict_is_asked_again_once_within_the_step():
+    chat = ScriptedChatModel([RuntimeError("503"), '{"p001": true, "p002": false}'])
+    judge = Judge(chat, JudgeConfig(retries=1))
+    [j] = run(judge, ["a"], [P1, P2])
+    assert j.verdicts == {"p001": True, "p002": False} and j.failed == set()
+    assert (judge.stats.calls, judge.stats.reasked, judge.stats.recovered, judge.stats.failures) == (2, 1, 2, 0)
+    partial = ScriptedChatModel(['{"p001": true}', '{"p002": true}', RuntimeError("503"), RuntimeError("503")])
+    judge = Judge(partial, JudgeConfig(retries=1))
+    [j] = run(judge, ["b"], [P1, P2])  # the re-ask decides what the first call left open, keeps the rest
+    assert j.verdicts == {"p001": True, "p002": True} and j.failed == set() and judge.stats.recovered == 1
+    [j] = run(judge, ["c"], [P1, P2])  # failed twice: only then the verdicts fail, once each
+    assert j.failed == {"p001", "p002"} and judge.stats.failures == 2 and judge.stats.reasked == 2
+    assert judge.stats.metrics()["judge/reasked"] == 2.0 and judge.stats.metrics()["judge/recovered"] == 1.0
 
 
 def test_regex_penalties_need_no_llm_call():
@@ -118,7 +133,7 @@ def test_the_same_version_with_other_penalty_ids_is_asked_again():
 
 def test_partial_answers_are_not_cached():
     chat = ScriptedChatModel(['{"p001": true}', '{"p001": true, "p002": true}'])
-    judge = Judge(chat, JudgeConfig(retries=1))
+    judge = Judge(chat, JudgeConfig(retries=1, reasks=0))
     run(judge, ["t"], [P1, P2])
     [j] = run(judge, ["t"], [P1, P2])
     assert j.verdicts == {"p001": True, "p002": True} and len(chat.calls) == 2
@@ -195,7 +210,7 @@ def test_nonce_avoids_the_text(monkeypatch):
 
 def test_injected_reply_is_still_judged_on_every_penalty():
     chat = ScriptedChatModel(['{}', '{}', '{}'])  # a model fooled into answering {}
-    judge = Judge(chat)
+    judge = Judge(chat, JudgeConfig(reasks=0))
     [j] = run(judge, [INJECTION], [P1, P2])
     assert j.failed == {"p001", "p002"} and judge.stats.failures == 2 and len(chat.calls) == 3
 

@@ -510,7 +510,7 @@ def test_a_failed_verdict_marks_the_rollout_unscored_never_clean():
 
 def test_judge_failing_more_than_the_rate_over_the_window_stops_the_run():
     answers = iter(["{}"] * 8 + ['{"p001": true}'] * 24)  # step 0: every verdict fails; then none
-    eng = llm_penalty_term(lambda reply: next(answers), failure_window=2, max_failure_rate=0.4)
+    eng = llm_penalty_term(lambda reply: next(answers), failure_window=2, max_failure_rate=0.4, reasks=0)  # a call per answer
     reasons = []
     for step in range(4):
         anyio.run(score, eng, hacked_batch(step, n_groups=2))

@@ -241,3 +241,24 @@ def test_task_configs_have_the_papers_settings(name):
         assert cfg.reward_model.max_length == 2048
     if name == "counseling_multiturn":
         assert args.max_turns == 4 and args.user_simulator.engine == "openai"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_row_over_max_row_chars_names_file_row_and_size(fmt, tmp_path):
+    from dynalize.tasks.data import MAX_ROW_CHARS
+
+    huge = {"prompt": "word " * (MAX_ROW_CHARS // 5 + 10), "n": 9}
+    data = write(tmp_path / "big", [ROWS[0], huge, ROWS[1]], fmt)
+    place = {"jsonl": "line 2", "csv": "line 3", "parquet": "row 1", "datasets": "row 1"}[fmt]
+    with pytest.raises(DataError, match=rf"{place}: a row of [\d,]+ characters, over max_row_chars=200,000"):
+        read_rows(data)
+
+
+def test_run_exits_2_on_one_huge_row_before_any_model_loads(tmp_path, capsys, no_models):
+    rows = [*ROWS, {"prompt": "x" * 5_000_000, "n": 4}]  # 5 MB in one row
+    data = write(tmp_path / "cw", rows, "jsonl")
+    code, err = _run(tmp_path, capsys, "creative_writing", data)
+    assert code == 2 and err == [f"error: data error: {data} line 4: a row of {len(json.dumps(rows[-1])):,} characters, over "
+                                 f"max_row_chars=200,000 (raise task.args.max_row_chars if it is meant to be that long)"]
+    code, err = _run(tmp_path, capsys, "creative_writing", data, "task.args.max_row_chars=6000000", "--print-config")
+    assert code == 0

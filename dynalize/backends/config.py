@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -14,16 +16,41 @@ CHAT_ENGINES = ("openai", "hf", "vllm", "scripted")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
+KEY_FORMATS = re.compile(
+    r"sk-|(sk|pk|rk)_(live|test)_|(hf|gsk|gh[pousr]|github_pat|r8|npm|glpat|pypi|nvapi|pplx|xox[abprse])[-_][A-Za-z0-9_-]{16,}"
+    r"|AIza[A-Za-z0-9_-]{16,}|(AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}|eyJ[A-Za-z0-9_-]{8,}")
+"""The starts of known API key and token formats (OpenAI, Hugging Face, Groq, GitHub, Slack, GitLab,
+PyPI, npm, Replicate, NVIDIA, Perplexity, Google, AWS access key ids, JWTs)."""
+
+
+def _entropy(text: str) -> float:
+    """Shannon entropy of `text` in bits per character."""
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in Counter(text).values())
+
+
+def looks_like_key(value: str) -> bool:
+    """Whether `value` looks like a credential rather than a variable name: a known key format, or
+    a long random-looking part (a run of 16+ characters between underscores mixing cases or
+    letters and digits with high entropy; variable names are words: OPENAI_API_KEY, MY_KEY_2)."""
+    if KEY_FORMATS.match(value):
+        return True
+    if len(value) >= 24 and "_" not in value and any(c.isdigit() for c in value):
+        return True
+    for part in value.split("_"):
+        mixed = (part.lower() != part and part.upper() != part) or (
+            any(c.isdigit() for c in part) and any(c.isalpha() for c in part))
+        if len(part) >= 16 and mixed and _entropy(part) >= 3.3:
+            return True
+    return len(value) >= 40 and _entropy(value) >= 4.0
+
 
 def env_name_problem(name: str) -> str | None:
     """Why `name` cannot be the NAME of an environment variable (None if it can).
 
     A pasted key is refused without being repeated: anything but letters, digits and `_`, a
-    leading digit, more than 64 characters, or a long run of letters and digits with no `_`
-    (API keys look like that; variable names have underscores or are short).
+    leading digit, more than 64 characters, or what `looks_like_key`.
     """
-    looks_like_key = len(name) >= 24 and "_" not in name and any(c.isdigit() for c in name)
-    if not _ENV_NAME.fullmatch(name) or looks_like_key:
+    if not _ENV_NAME.fullmatch(name) or looks_like_key(name):
         return ("must be the NAME of an environment variable holding the key (letters, digits and _), "
                 "not the key itself")
     return None

@@ -25,6 +25,10 @@ class JudgeConfig(_Section):
     call waiting out a retry backoff holds no slot."""
     retries: int = Field(3, ge=1)
     """llm: attempts per JSON answer; then the verdicts still missing count as failures."""
+    reasks: int = Field(1, ge=0)
+    """llm: times a text whose verdicts failed after `retries` (or whose call failed) is asked again
+    in a new call, within the step's `time_budget_s`, before its verdicts count as failures (and
+    its rollout's group is left out). Counted: `judge/reasked`, `judge/recovered`. 0: never."""
     cache_size: int = Field(4096, ge=0)
     """llm: verdicts remembered by (text, context, buffer version)."""
     context: bool = True

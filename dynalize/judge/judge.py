@@ -11,7 +11,8 @@ that verdict, counted). The rest go to a ChatModel in one call per text (per pol
 in multi-turn) asking for `{penalty_id: true|false}` (for rubric criteria, `{c1: ..., cN: ...}`). Ids the model invents are ignored; a reply
 missing ids, or with a verdict that is not true/false (a cut answer), is retried (chat_json),
 and ids still without a verdict after the retries, or every id of a call that yields no JSON
-object at all, count as failures (`failed`; the penalty term never reads them as "not
+object at all, are asked once more in a new call (`reasks`, within the step's budget: a transient
+fault need not cost the rollout's group), then count as failures (`failed`; the penalty term never reads them as "not
 triggered"). LLM calls share a time budget per `assess` (once per training step,
 `time_budget_s`): verdicts not in by then fail too. Texts, contexts and the penalty list are
 fenced as data (see prompting.fence). Complete LLM answers are cached by (text, context,
@@ -210,7 +211,17 @@ class Judge:
         self.stats.cache_hits += len(keys) - len(todo)  # cached texts, and repeats within this call
 
         async def one(key: tuple[str, str | None, Hashable]) -> None:
-            answers[key] = await self._call(key, penalties, ids)
+            j = await self._call(key, penalties, ids)
+            for _ in range(self.cfg.reasks):  # a failed verdict is asked again, within the budget
+                if not j.failed:
+                    break
+                self.stats.reasked += 1
+                again = await self._call(key, penalties, ids)
+                decided = j.failed - again.failed
+                self.stats.recovered += len(decided)
+                j = Judgement({**j.verdicts, **{i: again.verdicts[i] for i in decided}}, j.failed & again.failed)
+            self.stats.failures += len(j.failed)
+            answers[key] = j
 
         with anyio.move_on_after(self.cfg.time_budget_s):
             async with anyio.create_task_group() as tg:
@@ -240,7 +251,7 @@ class Judge:
                                   retries=self.cfg.retries, check=lambda value: verdict_problem(value, asked))
         except ChatJSONError as e:  # retried already; keep what the last answer did decide
             error = describe(e)
-            raw = await anyio.to_thread.run_sync(salvage, e.raw)
+            raw = await anyio.to_thread.run_sync(salvage, e.raw, abandon_on_cancel=True)  # the budget holds
         except Exception as e:  # noqa: BLE001 - a judge failure must never stop training
             error = describe(e)
             log.warning("judge.call_failed", error=error)
@@ -250,15 +261,13 @@ class Judge:
         self.stats.calls += 1
         self.stats.latency_sum += dt
         self.stats.latency_max = max(self.stats.latency_max, dt)
-        if failed_call:
+        if failed_call:  # the caller counts the verdicts that stay failed (`failures`)
             self.last_error = error or "no JSON object in the answer"
             self.stats.failed_calls += 1
-            self.stats.failures += len(ids)
             return Judgement(dict.fromkeys(ids, False), set(ids))
         by_key, failed_keys = parse_verdicts(raw, asked)
         verdicts = {i: by_key[k] for i, k in zip(ids, asked)}
         failed = {i for i, k in zip(ids, asked) if k in failed_keys}
-        self.stats.failures += len(failed)
         if failed:
             self.last_error = error or f"no valid verdict for {', '.join(sorted(failed))}"
         if not failed:

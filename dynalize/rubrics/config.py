@@ -40,7 +40,8 @@ class DropoutConfig(_Section):
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     """`constant` f, or f decaying to 0 over `anneal_steps` (linearly or along a half cosine)."""
     anneal_steps: int | None = Field(None, gt=0)
-    """Steps over which an annealed f reaches 0 (None: the run's `steps`)."""
+    """Steps over which an annealed f reaches 0 (None: the run's `steps` at its first start, stored
+    in config.yaml then, so extending the run keeps the schedule: dynalize/resume.py)."""
 
     @model_validator(mode="after")
     def _rates_are_probabilities(self) -> "DropoutConfig":

@@ -21,7 +21,9 @@ import hashlib
 import io
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +34,13 @@ from ..errors import ConfigError
 from .base import TaskArgs
 
 T = TypeVar("T")
+
+MAX_ROW_CHARS = 200_000
+"""The default cap on one row's size, in characters (`DataArgs.max_row_chars`): about 50k tokens,
+past any prompt a policy is trained on; a bigger row (a pasted file, a broken export) is refused
+at load with one line, before it can take the memory of tokenizing and generating from it."""
+
+_ROW_CAP: ContextVar[int] = ContextVar("max_row_chars", default=MAX_ROW_CHARS)
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 """File suffix → format; a directory is read as a `datasets` folder."""
@@ -66,11 +75,28 @@ def _decode(path: Path, raw: bytes) -> str:
         raise DataError(f"data error: {path} is not UTF-8 text (line {line}, byte {e.start})") from None
 
 
+def _check_size(size: int, where: str) -> None:
+    if size > (cap := _ROW_CAP.get()):
+        raise DataError(f"data error: {where}: a row of {size:,} characters, over max_row_chars={cap:,} "
+                        f"(raise task.args.max_row_chars if it is meant to be that long)")
+
+
+@contextmanager
+def row_cap(max_chars: int) -> Iterator[None]:
+    """Rows read inside this block are refused past `max_chars` characters (default MAX_ROW_CHARS)."""
+    token = _ROW_CAP.set(max_chars)
+    try:
+        yield
+    finally:
+        _ROW_CAP.reset(token)
+
+
 def _read_jsonl(path: Path) -> list[Row]:
     rows = []
     for i, line in enumerate(_decode(path, path.read_bytes()).splitlines(), start=1):
         if not line.strip():
             continue
+        _check_size(len(line), f"{path} line {i}")
         try:
             data = json.loads(line)
         except json.JSONDecodeError as e:
@@ -82,6 +108,14 @@ def _read_jsonl(path: Path) -> list[Row]:
 
 
 def _read_csv(path: Path) -> list[Row]:
+    limit = csv.field_size_limit(2**31 - 1)  # the file is in memory already: a long field gets the row cap's line
+    try:
+        return _read_csv_rows(path)
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _read_csv_rows(path: Path) -> list[Row]:
     reader = csv.reader(io.StringIO(_decode(path, path.read_bytes()), newline=""))
     rows: list[Row] = []
     header: list[str] | None = None
@@ -98,6 +132,7 @@ def _read_csv(path: Path) -> list[Row]:
                 continue
             if len(values) > len(header):
                 raise DataError(f"data error: {path} line {start}: more values than header columns")
+            _check_size(sum(map(len, values)), f"{path} line {start}")
             rows.append(Row(dict(zip(header, values)), f"{path} line {start}"))
     except csv.Error as e:
         raise DataError(f"data error: {path} line {reader.line_num}: {_first_line(e)}") from None
@@ -110,7 +145,13 @@ def _read_parquet(path: Path) -> list[Row]:
         records = pq.read_table(path).to_pylist()
     except Exception as e:  # pyarrow raises several types for a bad file
         raise DataError(f"data error: {path} is not a readable parquet file ({_first_line(e)})") from None
-    return [Row(r, f"{path} row {i}") for i, r in enumerate(records)]
+    return [_sized(Row(r, f"{path} row {i}")) for i, r in enumerate(records)]
+
+
+def _sized(row: Row) -> Row:
+    """`row`, checked against the row cap by the size of its values as JSON."""
+    _check_size(len(json.dumps(row.data, ensure_ascii=False, default=str)), row.where)
+    return row
 
 
 def _read_datasets(path: Path) -> list[Row]:
@@ -127,7 +168,7 @@ def _read_datasets(path: Path) -> list[Row]:
     if isinstance(ds, datasets.DatasetDict):
         splits = ", ".join(ds)
         raise DataError(f"data error: {path} holds several splits ({splits}): point at one split's subfolder")
-    return [Row(r, f"{path} row {i}") for i, r in enumerate(ds)]
+    return [_sized(Row(r, f"{path} row {i}")) for i, r in enumerate(ds)]
 
 
 _READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet, "datasets": _read_datasets}
@@ -219,13 +260,20 @@ class DataArgs(TaskArgs):
     """Seed of the held-out draw (independent of the run seed, so runs share a split)."""
     max_train_prompts: int | None = Field(None, gt=0)
     """Use only the first N training prompts (None = all)."""
+    max_row_chars: int = Field(MAX_ROW_CHARS, gt=0)
+    """Refuse, at load, a data row longer than this many characters (one line naming the file, the
+    row and its size): one huge row would otherwise take the memory of tokenizing and generating
+    from it mid-run."""
 
 
 def load_splits(args: DataArgs, load: Callable[[str], list[T]]) -> dict[str, list[T]]:
-    """Train and eval items: `load` reads one file into items (prompts), in file order."""
-    items = load(args.train_file)
+    """Train and eval items: `load` reads one file into items (prompts), in file order; rows over
+    `args.max_row_chars` are refused."""
+    with row_cap(args.max_row_chars):
+        items = load(args.train_file)
+        evals = load(args.eval_file) if args.eval_file else []
     if args.eval_file:
-        train, evals = items, load(args.eval_file)
+        train = items
     else:
         if args.eval_fraction > 0 and len(items) < 2:
             raise DataError(f"data error: {args.train_file} has {len(items)} prompt: eval_fraction {args.eval_fraction} "
