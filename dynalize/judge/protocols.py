@@ -31,13 +31,14 @@ class ProtocolJudge(Judge):
         super().__init__(*args, **kwargs)
         self.attempts = attempts or self.default_attempts
         """Grader calls per item (healthbench) or batch (researchqa) before it fails."""
+        if self.cfg.reasks:  # the protocol's own re-asks (`attempts`) are the only ones, as officially
+            self.cfg = self.cfg.model_copy(update={"reasks": 0})
 
     def _settle(self, key: tuple[str, str | None, Hashable], ids: list[str],
                 answers: list[tuple[Verdict | None, str | None]]) -> Judgement:
         """One text's Judgement from each id's (verdict or None, error); cached when whole."""
         verdicts: dict[str, Verdict] = {i: (False if v is None else v) for i, (v, _) in zip(ids, answers)}
-        failed = {i for i, (v, _) in zip(ids, answers) if v is None}
-        self.stats.failures += len(failed)
+        failed = {i for i, (v, _) in zip(ids, answers) if v is None}  # counted by the caller (`failures`)
         if failed:
             self.last_error = next((e for v, e in answers if v is None and e), None) or "no verdict"
         elif self.cfg.cache_size:
