@@ -10,7 +10,8 @@ from dataclasses import dataclass, fields
 @dataclass
 class JudgeStats:
     """Counters since the last reset: LLM calls, failed calls, calls cut by the time budget,
-    missing verdicts, cache hits, regex verdicts, regexes that ran past their time budget, latency."""
+    missing verdicts, cache hits, regex, predicate and detector verdicts, regexes that ran past
+    their time budget, latency."""
 
     calls: int = 0
     failed_calls: int = 0
@@ -19,6 +20,7 @@ class JudgeStats:
     cache_hits: int = 0
     lexical: int = 0
     predicate: int = 0
+    detector: int = 0
     regex_timeouts: int = 0
     latency_sum: float = 0.0
     latency_max: float = 0.0
