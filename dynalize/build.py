@@ -158,7 +158,10 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
         dedup = chat_factory(p.dedup_chat) if p.dedup_chat else None
         proposer: Any = LLMProposer(chat_factory(p.chat), p, dedup, require_regex=j.engine == "regex")
     else:
-        proposer = LexicalProposer(p.lexical)
+        try:
+            proposer = LexicalProposer(p.lexical)
+        except ValueError as e:  # an unknown detector name
+            raise ConfigError(f"config error: penalties.proposer.lexical.detectors: {e}") from None
     judge: Judge = RegexJudge()
     if j.engine == "llm":
         judge = Judge(judge_chat(j, chat_factory), j, domain=domain)
