@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import islice
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -43,12 +44,14 @@ SHOUTING_SHARE = 0.5
 """shouting: over at least SHOUTING_MIN_LETTERS letters, more than this share upper case."""
 
 _SENTENCE_END = regex.compile(r"(?<=[.!?…])\s+|\n+")
-_CLOSERS = regex.compile(r"[\s\"'”’)\]}*_`>]+\Z")
+_CLOSERS = " \t\r\n\"'”’)]}*_`>"
 """What may follow a reply's last mark: space, closing quotes and brackets, markdown emphasis."""
-_FINAL_MARK = regex.compile(r"[.!?…:;]\Z")
+_FINAL_MARKS = set(".!?…:;")
 _DOUBLED = regex.compile(r"(?i)(?<!\w)(\p{L}+)\s+\1(?!\w)")
 _RUN_ON_SPLIT = regex.compile(r"[.!?…;:]+|\n")
 _PAIRS = {")": "(", "]": "[", "}": "{", "”": "“"}
+_BRACKETS = regex.compile(r"[()\[\]{}“”]")
+_LETTER, _UPPER = regex.compile(r"\p{L}"), regex.compile(r"\p{Lu}")
 
 
 def _words(text: str) -> list[str]:
@@ -92,13 +95,14 @@ def off_topic(reply: str, context: str | None = None) -> bool:
 
 
 def unfinished(reply: str, context: str | None = None) -> bool:
-    """The reply's last sentence has no closing mark (. ! ? … : ; or a closed code block): cut off."""
-    if len(_words(reply)) < UNFINISHED_MIN_WORDS:
+    """The reply's last sentence has no closing mark (. ! ? … : ;), or it stops inside a code block."""
+    if len(list(islice(WORD.finditer(reply), UNFINISHED_MIN_WORDS))) < UNFINISHED_MIN_WORDS:
         return False
-    end = _CLOSERS.sub("", reply)
-    if reply.rstrip().endswith("```"):
-        return reply.count("```") % 2 == 1  # an open code block is unfinished, a closed one is not
-    return _FINAL_MARK.search(end) is None
+    if reply.count("```") % 2 == 1:  # it stops inside a code block
+        return True
+    if reply.rstrip().endswith("```"):  # it ends with a closed code block
+        return False
+    return reply.rstrip(_CLOSERS)[-1:] not in _FINAL_MARKS
 
 
 def doubled_word(reply: str, context: str | None = None) -> bool:
@@ -109,7 +113,7 @@ def doubled_word(reply: str, context: str | None = None) -> bool:
 def unbalanced(reply: str, context: str | None = None) -> bool:
     """Brackets (), [], {} or curly quotes that do not pair up, or an odd number of straight double quotes."""
     stack: list[str] = []
-    for ch in reply:
+    for ch in _BRACKETS.findall(reply):
         if ch in "([{“":
             stack.append(ch)
         elif ch in _PAIRS:
@@ -125,10 +129,10 @@ def run_on(reply: str, context: str | None = None) -> bool:
 
 def shouting(reply: str, context: str | None = None) -> bool:
     """Most of the reply's letters are upper case."""
-    letters = [c for c in reply if c.isalpha()]
-    if len(letters) < SHOUTING_MIN_LETTERS:
+    letters = len(_LETTER.findall(reply))
+    if letters < SHOUTING_MIN_LETTERS:
         return False
-    return sum(c.isupper() for c in letters) > SHOUTING_SHARE * len(letters)
+    return len(_UPPER.findall(reply)) > SHOUTING_SHARE * letters
 
 
 @dataclass(frozen=True)

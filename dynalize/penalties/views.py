@@ -7,7 +7,8 @@ By default 2 rollouts from each of 16 groups (32 in all), drawn with an RNG seed
 `pool_views` joins the views of several recent batches into one (a statistical proposer needs
 more replies than one batch gives), and a view may carry a `reference`: a sample of the first
 batch of the run, i.e. of what the policy wrote before training, for proposers that ask whether
-a pattern is growing.
+a pattern is growing. Each sample keeps the conversation each of its replies answers, as the
+judge reads it (`contexts`), for detectors that compare a reply with its prompt.
 """
 
 from __future__ import annotations
