@@ -71,6 +71,16 @@ def test_every_detector_has_a_name_title_and_description_and_unknown_names_are_r
     cfg.proposer.lexical.detectors = ["grammar"]
     with pytest.raises(ConfigError, match="penalties.proposer.lexical.detectors: unknown detector"):
         build_penalty_term(cfg)
+    cfg.proposer.lexical.detectors, cfg.judge.context = ["off_topic"], False
+    with pytest.raises(ConfigError, match="needs penalties.judge.context: true"):
+        build_penalty_term(cfg)
+    cfg.judge.context = True
+    assert build_penalty_term(cfg).proposer.detectors == [DETECTORS["off_topic"]]
+
+
+def test_the_penalty_list_names_a_penalty_s_detector():
+    from dynalize.judge.prompting import penalty_list
+    assert penalty_list([REP], regex=True).endswith("[detector: repetition]")
 
 
 # --- the proposer ---------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ class LexicalConfig(_Section):
     same tests as a word (prevalence, Fisher p, `min_effect`, coverage, explained-away,
     `drift_p_value`, revival) and becomes a penalty naming its detector, which every judge
     decides locally (an LLM judge never sees it). `off_topic` reads the conversation each reply
-    answers (`penalties.judge.context` must stay true). Empty (the default): none, so runs and
+    answers (`penalties.judge.context` must stay true; the build refuses it otherwise). Empty (the default): none, so runs and
     results without detectors are unchanged."""
     explain_within: bool = False
     """The explained-away check also looks among the replies the active penalty matches: a pattern
