@@ -258,3 +258,18 @@ def test_the_term_penalises_a_triggered_detector_penalty_and_retires_an_untrigge
     anyio.run(score_batch, [PresetRM(), eng], quiet)
     assert not buf.get("p001").active
     assert buf.get("p001").history[-1] == {"step": 2, "event": "retire", "reason": "no_triggers", "n_judged": 2}
+
+
+def test_the_run_history_and_the_audit_keep_a_penalty_s_detector(tmp_path):
+    import json
+
+    from dynalize.analysis.audit import live_copy
+    from dynalize.analysis.penalties import penalty_history
+    from dynalize.analysis.runs import Run
+
+    buf = PenaltyBuffer()
+    buf.add(Candidate("Replies repeat themselves", "d", ["s01"], detector="repetition"), step=5)
+    (tmp_path / "penalties.jsonl").write_text("".join(json.dumps(e) + "\n" for e in buf.drain_events()))
+    [p] = penalty_history(Run(tmp_path)).select("all")
+    assert p.detector == "repetition" and p.regex is None
+    assert live_copy(p, "new:p001").detector == "repetition"
