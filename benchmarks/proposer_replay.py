@@ -36,7 +36,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sandbox_table import clean_replies, load_features, match_feature, penalty_events, read_jsonl  # noqa: E402
 
+from dynalize.analysis.audit import row_exchanges  # noqa: E402
 from dynalize.config import load_config  # noqa: E402
+from dynalize.judge.prompting import transcript  # noqa: E402
 from dynalize.grpo import advantages  # noqa: E402
 from dynalize.penalties.config import LexicalConfig  # noqa: E402
 from dynalize.penalties.lexical import LexicalProposer  # noqa: E402
@@ -57,7 +59,8 @@ def batch_view(run_dir: Path, step: int) -> ProposerView | None:
         scores = [r["scores"]["rm"] for r in members]
         for r, a in zip(members, advantages([scores])[0]):
             samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, "\n\n".join(r["replies"]), r["scores"]["rm"],
-                                      advantage_sign(a), r["replies"] if len(r["replies"]) > 1 else []))
+                                      advantage_sign(a), r["replies"] if len(r["replies"]) > 1 else [],
+                                      [transcript(c) for c, _ in row_exchanges(r)]))
     return ProposerView(step=step, samples=samples)
 
 
@@ -68,7 +71,7 @@ def run_buffer(events: list[dict[str, Any]], step: int) -> tuple[list[Penalty], 
         if e["step"] > step:
             break
         if e["event"] == "add":
-            pens[e["id"]] = Penalty(e["id"], e["title"], "", regex=e["regex"])
+            pens[e["id"]] = Penalty(e["id"], e["title"], "", regex=e["regex"], detector=e.get("detector"))
         elif e["id"] in pens:
             pens[e["id"]].active = e["event"] == "revive"
     return [p for p in pens.values() if p.active], [p for p in pens.values() if not p.active]

@@ -161,7 +161,13 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
         dedup = chat_factory(p.dedup_chat) if p.dedup_chat else None
         proposer: Any = LLMProposer(chat_factory(p.chat), p, dedup, require_regex=j.engine == "regex")
     else:
-        proposer = LexicalProposer(p.lexical)
+        try:
+            proposer = LexicalProposer(p.lexical)
+        except ValueError as e:  # an unknown detector name
+            raise ConfigError(f"config error: penalties.proposer.lexical.detectors: {e}") from None
+        if not j.context and any(d.needs_context for d in proposer.detectors):
+            raise ConfigError("config error: penalties.proposer.lexical.detectors has a detector that reads the "
+                              "conversation (off_topic): it needs penalties.judge.context: true")
     judge: Judge = RegexJudge()
     if j.engine == "llm":
         judge = Judge(judge_chat(j, chat_factory), j, domain=domain)

@@ -302,13 +302,13 @@ def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
              str(r.undecided)] for r in results]
     title = f"penalties of {results[0].source} ({args.which}: {len(chosen)}) judged on {args.rollouts_kind} rollouts"
     per_header = ["penalty", "regex", *[r.target for r in results]]
-    per_body = [[f"{p.id}: {p.title}", "yes" if p.regex else "no",
+    per_body = [[f"{p.id}: {p.title}", "yes" if p.regex else f"detector {p.detector}" if p.detector else "no",
                  *[_rate(r.per_penalty[p.id]["rate"]) for r in results]] for p in chosen]
     console.print(rich_table(title, header, body))
     console.print(rich_table("trigger rate per penalty", per_header, per_body))
     notes = []
     if any(r.undecided for r in results):
-        no_regex = sum(1 for p in chosen if not p.regex)
+        no_regex = sum(1 for p in chosen if not p.regex and not p.detector)
         notes.append(f"{sum(r.undecided for r in results)} verdicts undecided (counted as not triggered)"
                      + (f": {no_regex} penalties have no regex; pass --judge to judge them" if not args.judge else ""))
     md_match = match_tables(results[0].source, matches, notes) if matches else []

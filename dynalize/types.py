@@ -144,7 +144,8 @@ class Penalty:
     """A negative rubric: a behaviour the RM seems to reward for the wrong reasons.
 
     `references` are the sample ids (from the proposer's view of a batch) that show the pattern.
-    A penalty with a `regex` is decided lexically, without an LLM judge.
+    A penalty with a `regex` is decided lexically, and one naming a `detector`
+    (dynalize.penalties.detectors) by that detector's Python check: neither needs an LLM judge.
     """
 
     id: str
@@ -155,6 +156,8 @@ class Penalty:
     created_step: int = 0
     active: bool = True
     history: list[dict[str, Any]] = field(default_factory=list)
+    detector: str | None = None
+    """The named detector that decides it (instead of a regex); None in checkpoints before detectors."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

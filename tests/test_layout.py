@@ -136,7 +136,8 @@ def test_engines_know_nothing_of_dynalize_and_pure_logic_imports_no_engine():
                    {"dynalize", "dynalize.types", "dynalize.grpo", "dynalize.errors"}}
             assert not bad, f"engine {m} imports {sorted(bad)}"
     for pure in ("dynalize.types", "dynalize.grpo", "dynalize.penalties.buffer", "dynalize.penalties.views",
-                 "dynalize.penalties.lexical", "dynalize.penalties.candidate", "dynalize.rubrics.criteria",
+                 "dynalize.penalties.lexical", "dynalize.penalties.candidate", "dynalize.penalties.detectors",
+                 "dynalize.rubrics.criteria",
                  "dynalize.rubrics.dropout", "dynalize.rubrics.reweight", "dynalize.rubrics.protocol",
                  "dynalize.judge.saferegex", "dynalize.judge.prompting", "dynalize.judge.levels"):
         engines = {d for d in reaches(graph, pure) if d.startswith("dynalize.backends.") and d not in

@@ -113,7 +113,7 @@ def judge_from_spec(spec: str | None, concurrency: int = 16, time_budget_s: floa
 def live_copy(p: Penalty, pid: str | None = None) -> Penalty:
     """A copy marked active (retired penalties are audited too when asked for), optionally renamed."""
     return Penalty(id=pid or p.id, title=p.title, description=p.description, references=list(p.references),
-                   regex=p.regex, created_step=p.created_step, active=True)
+                   regex=p.regex, created_step=p.created_step, active=True, detector=p.detector)
 
 
 # --- matching one run's penalties to another's ---------------------------------------------------

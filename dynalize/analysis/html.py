@@ -181,7 +181,8 @@ def penalty_section(run: Run, history: PenaltyHistory) -> str:
         refs = ", ".join(p.references)
         rows.append([
             f"<code>{e(pid)}</code>", e(p.title), e(p.description),
-            f"<code>{e(p.regex)}</code>" if p.regex else "<span class=\"note\">LLM judge</span>",
+            f"<code>{e(p.regex)}</code>" if p.regex else f"detector <code>{e(p.detector)}</code>" if p.detector
+            else "<span class=\"note\">LLM judge</span>",
             f"<details><summary>{len(p.references)}</summary>{e(refs)}</details>" if refs else "0",
             e(events_text(history.intervals.get(pid, []))),
             f"{prev[-1]:.0%} (max {max(prev):.0%})" if prev else "n/a"])

@@ -49,7 +49,7 @@ def penalty_history(run: Run) -> PenaltyHistory:
         if kind == "add" and pid:
             penalties[pid] = Penalty(id=pid, title=e.get("title", pid), description=e.get("description", ""),
                                      references=list(e.get("references") or []), regex=e.get("regex"),
-                                     created_step=step)
+                                     created_step=step, detector=e.get("detector"))
             intervals[pid] = [(step, None)]
         elif kind == "revive" and pid in intervals:
             penalties[pid].active = True

@@ -3,9 +3,10 @@ text, in one pass per text. Penalties and rubric criteria go through the same co
 differs is the prompt (`JudgePrompt`: its templates, how it lists the checks, the answer keys).
 
 Penalties with a regex are decided locally, in a worker thread, each pattern within a time
-budget (saferegex): a pattern that does not compile or runs past its budget fails its verdicts,
-is counted (`regex_timeouts`) and is set aside for the run (`unusable_regexes`; the penalty
-term retires its penalty). A judge given a Python `predicate` decides the checks without a
+budget (saferegex), and so are penalties naming a detector (penalties.detectors: an LLM never
+sees them; a detector that fails fails its verdicts, counted). A pattern that does not compile
+or runs past its budget fails its verdicts, is counted (`regex_timeouts`) and is set aside
+for the run (`unusable_regexes`; the penalty term retires its penalty). A judge given a Python `predicate` decides the checks without a
 regex with it (a rule-based judge, no LLM: a predicate that raises or returns a non-bool fails
 that verdict, counted). The rest go to a ChatModel in one call per text (per policy reply
 in multi-turn) asking for `{penalty_id: true|false}` (for rubric criteria, `{c1: ..., cN: ...}`). Ids the model invents are ignored; a reply
@@ -34,6 +35,7 @@ from ..backends.base import ChatModel
 from ..backends.chat import ChatJSONError, chat_json
 from ..errors import describe
 from ..types import Message
+from ..penalties.detectors import judge_detectors
 from .config import JudgeConfig
 from .prompting import criteria_list, fence, new_nonce, penalty_list, render, transcript
 from .saferegex import RegexTimeout, SafeRegex, UnsafeRegex
@@ -101,9 +103,14 @@ class Judge:
         if len(ctxs) != len(texts):
             raise ValueError(f"{len(ctxs)} contexts for {len(texts)} texts")
         out = [Judgement({}) for _ in texts]
+        detected = [p for p in penalties if getattr(p, "detector", None)]  # never sent to the LLM
+        penalties = [p for p in penalties if not getattr(p, "detector", None)]
         lexical = [p for p in penalties if p.regex]
         local = [p for p in penalties if not p.regex] if self.predicate else []
         semantic = [p for p in penalties if not p.regex and not self.predicate]
+        if detected and texts:
+            error = await anyio.to_thread.run_sync(judge_detectors, texts, ctxs, detected, out, self.stats)
+            self.last_error = error or self.last_error
         if lexical and texts:  # off the event loop: matching is CPU work (bounded, see saferegex)
             await anyio.to_thread.run_sync(self._judge_lexical, texts, lexical, out)
         if local and texts:

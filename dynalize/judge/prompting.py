@@ -52,9 +52,11 @@ def fence(label: str, text: str, nonce: str) -> str:
 
 def penalty_list(penalties: Sequence["Penalty"], *, regex: bool = False) -> str:
     """Penalties as prompt lines `- p003: Title. Description`, or `(none)`; with `regex`, each
-    line ends with ` [regex: <pattern>]` or ` [no regex]`."""
+    line ends with ` [regex: <pattern>]`, ` [detector: <name>]` or ` [no regex]`."""
     def line(p: "Penalty") -> str:
-        shown = "" if not regex else f" [regex: {p.regex}]" if p.regex else " [no regex]"
+        detector = getattr(p, "detector", None)
+        shown = ("" if not regex else f" [regex: {p.regex}]" if p.regex
+                 else f" [detector: {detector}]" if detector else " [no regex]")
         return f"- {p.id}: {p.title}. {p.description}{shown}"
 
     return "\n".join(line(p) for p in penalties) or "(none)"

@@ -10,9 +10,10 @@ from dataclasses import dataclass, fields
 @dataclass
 class JudgeStats:
     """Counters since the last reset: LLM calls, failed calls, texts re-asked and verdicts they
-    recovered, calls cut by the time budget, missing verdicts, cache hits, regex verdicts, regexes
-    that ran past their time budget, latency; and the requests a chat model really got (retries and
-    re-asks included) with their characters each way (`usage.CountedChat`)."""
+    recovered, calls cut by the time budget, missing verdicts, cache hits, regex, predicate and
+    detector verdicts, regexes that ran past their time budget, latency; and the requests a chat
+    model really got (retries and re-asks included) with their characters each way
+    (`usage.CountedChat`)."""
 
     calls: int = 0
     failed_calls: int = 0
@@ -25,6 +26,7 @@ class JudgeStats:
     cache_hits: int = 0
     lexical: int = 0
     predicate: int = 0
+    detector: int = 0
     regex_timeouts: int = 0
     latency_sum: float = 0.0
     latency_max: float = 0.0

@@ -48,12 +48,13 @@ class PenaltyBuffer:
         return len(self.active())
 
     def find(self, candidate: Candidate) -> Penalty | None:
-        """The penalty `candidate` repeats: named by the dedup pass, same title, or same regex."""
+        """The penalty `candidate` repeats: named by the dedup pass, same title, same regex, or same detector."""
         if candidate.revives and candidate.revives in self._penalties:
             return self._penalties[candidate.revives]
         title = normalize_title(candidate.title)
         for p in self._penalties.values():
-            if normalize_title(p.title) == title or (candidate.regex and p.regex == candidate.regex):
+            if (normalize_title(p.title) == title or (candidate.regex and p.regex == candidate.regex)
+                    or (candidate.detector and p.detector == candidate.detector)):
                 return p
         return None
 
@@ -72,9 +73,12 @@ class PenaltyBuffer:
             return self.revive(match.id, step, candidate, **extra)
         self._claim(step)
         p = Penalty(id=f"p{self._next_id:03d}", title=candidate.title, description=candidate.description,
-                    references=list(candidate.references), regex=candidate.regex, created_step=step)
+                    references=list(candidate.references), regex=candidate.regex, created_step=step,
+                    detector=candidate.detector)
         self._next_id += 1
         self._penalties[p.id] = p
+        if p.detector:
+            extra["detector"] = p.detector
         self._event(p, step, "add", description=p.description, regex=p.regex,
                     references=p.references, groups=candidate.groups, **extra)
         return p

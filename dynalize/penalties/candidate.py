@@ -18,6 +18,7 @@ class Candidate:
     retired penalty the dedup pass found it repeats (the buffer then revives that one), and
     `keep_regex` which regex the revived penalty carries: `"penalty"` (its own) or `"candidate"`
     (this one's; None for no regex: the judge reads the description), with `regex_reason` why.
+    `detector` names a detector (penalties.detectors) that decides the penalty instead of a regex.
     """
 
     title: str
@@ -28,6 +29,7 @@ class Candidate:
     revives: str | None = None
     keep_regex: str = "penalty"
     regex_reason: str = ""
+    detector: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

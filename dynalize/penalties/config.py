@@ -66,6 +66,14 @@ class LexicalConfig(_Section):
     within-group RM difference with and without a wording pattern net of what word count (all of
     a rollout's replies) explains, a least-squares fit within groups. Wording that only comes with
     longer replies is then not rewarded in itself; "longer than L words" keeps the plain test."""
+    detectors: list[str] = []
+    """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
+    `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the
+    same tests as a word (prevalence, Fisher p, `min_effect`, coverage, explained-away,
+    `drift_p_value`, revival) and becomes a penalty naming its detector, which every judge
+    decides locally (an LLM judge never sees it). `off_topic` reads the conversation each reply
+    answers (`penalties.judge.context` must stay true; the build refuses it otherwise). Empty (the default): none, so runs and
+    results without detectors are unchanged."""
     explain_within: bool = False
     """The explained-away check also looks among the replies the active penalty matches: a pattern
     is explained away only when it shows no weak evidence on either side of the penalty (a

@@ -3,8 +3,11 @@
 It contrasts the view's positive- and negative-advantage replies over word n-grams, openers,
 closers and length, keeps the patterns that pass every test of `LexicalConfig` (enrichment,
 Fisher p-value, RM effect within groups), drops those an active penalty covers or explains away,
-and proposes the strongest as a regex penalty. The rules and the evidence for each are in
-docs/penalties.md ("The lexical proposer"). Penalties' regexes may come from elsewhere (an LLM
+and proposes the strongest as a regex penalty. Named detectors (`LexicalConfig.detectors`,
+penalties.detectors: repetition, drift off the prompt's topic, unfinished sentences, ...) go
+through the same tests beside the word patterns and become penalties that name their detector.
+The rules and the evidence for each are in docs/penalties.md ("The lexical proposer", "Named
+detectors"). Penalties' regexes may come from elsewhere (an LLM
 proposer, a checkpoint): they are matched once per proposal through saferegex, and one that runs
 past its time budget is left out of the checks (counted in `regex_timeouts`). Words, tokens and
 the proposer's own patterns use the judge's engine (`regex`), so the evidence counted here and
@@ -25,6 +28,7 @@ import regex
 from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
+from .detectors import DETECTORS, Detector, detector
 from .evidence import Effect, fisher_p, length_onset
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
@@ -63,6 +67,31 @@ def _search(rx: regex.Pattern[str], s: ViewSample) -> bool:
     return any(rx.search(t) is not None for t in s.parts)
 
 
+Shows = Callable[[ViewSample], bool]
+"""Whether a sample shows a pattern (any of its replies)."""
+
+
+def _has_contexts(samples: list[ViewSample]) -> bool:
+    """Whether every reply of `samples` comes with the conversation it answers."""
+    return all(len(s.contexts) == len(s.parts) and None not in s.contexts for s in samples)
+
+
+class _Detections:
+    """Which samples a detector flags (any reply), each decided once per proposal."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[str, int], bool] = {}
+
+    def shows(self, d: Detector) -> Shows:
+        def shows(s: ViewSample) -> bool:
+            key = (d.name, id(s))
+            if key not in self._memo:
+                ctxs = s.contexts if len(s.contexts) == len(s.parts) else [None] * len(s.parts)
+                self._memo[key] = any(d(part, ctx) for part, ctx in zip(s.parts, ctxs))
+            return self._memo[key]
+        return shows
+
+
 def _overlap(a: regex.Pattern[str], spans: list[list[tuple[int, int]]], parts: list[str]) -> bool:
     return any(s < e2 and s2 < e for text, where in zip(parts, spans)
                for s, e in (m.span() for m in a.finditer(text)) for s2, e2 in where)
@@ -74,6 +103,8 @@ class LexicalProposer:
     def __init__(self, cfg: LexicalConfig | None = None, accept: Callable[[Candidate], bool] | None = None):
         self.cfg = cfg or LexicalConfig()
         """The contrast thresholds (every field is documented in penalties.config.LexicalConfig)."""
+        self.detectors = [detector(name) for name in dict.fromkeys(self.cfg.detectors)]
+        """The named detectors tested beside word patterns (ValueError on an unknown name)."""
         self.accept = accept
         """A last veto on each candidate that passed every test, in rank order (None: none). For
         analysis only, e.g. a benchmark's oracle that blocks penalties matching no planted
@@ -124,6 +155,18 @@ class LexicalProposer:
                                  lambda k=k: effect(lambda s: k in feats_of[s.id]))
             if passed:
                 scored.append((passed[0], k, *passed[1:]))
+        detections = _Detections()
+        usable = self._usable_detectors(view, result)
+        for d in usable:
+            shows = detections.shows(d)
+            f = Feature("detector", d.name, d.title, "")
+            samples = [s for s in pos if shows(s)]
+            passed = self._score(samples, sum(map(shows, neg)), len(pos), len(neg), f.kind,
+                                 lambda shows=shows: effect(shows)) if samples else None
+            if passed:
+                k = f"detector:{d.name}"
+                having[k], shown[k], feature[k] = samples, Counter({f.shown: 1}), f
+                scored.append((passed[0], k, *passed[1:]))
         if self.cfg.length:
             # of the length thresholds that separate positives from negatives: the largest, or the onset
             lengths = []
@@ -144,7 +187,11 @@ class LexicalProposer:
                 having[f.key], shown[f.key], feature[f.key] = samples, Counter({f.shown: 1}), f
                 scored.append((passed[0], f.key, *passed[1:]))
         active = penalty_matches(view.active, view.samples, result)
-        revival = self._revival(view, pos, neg, effect, active, penalty_matches(view.retired, view.samples, result))
+        explainers = [lambda s, spans=spans: _shows(spans, s) for _, spans in active]
+        explainers += [detections.shows(DETECTORS[p.detector]) for p in view.active if p.detector in DETECTORS]
+        named = {p.detector for p in view.active if p.detector}
+        revival = self._revival(view, pos, neg, effect, active, penalty_matches(view.retired, view.samples, result),
+                                detections, usable, named)
         if revival is not None:
             result.candidates += 1
             return revival
@@ -153,13 +200,14 @@ class LexicalProposer:
         for rank, (key, k, p, q) in enumerate(scored):
             f = feature[k]
             f = Feature(f.kind, f.key, shown[k].most_common(1)[0][0], f.regex)
-            if self._covered(f, having[k], active):
+            own = self._shows_of(f, detections)
+            if self._covered(f, having[k], active, named):
                 result.reject("covered")
                 continue
-            if self._explained(f, having[k], view, active, size_of):
+            if self._explained(f, own, having[k], view, explainers, size_of):
                 result.reject("explained")
                 continue
-            if not self._rising(f, view):
+            if not self._rising(f, own, view):
                 result.reject("not_rising")
                 continue
             c = self._candidate(f, having[k], p, q, len(pos), len(neg), key[2])
@@ -169,6 +217,25 @@ class LexicalProposer:
             result.reject("not_best", len(scored) - rank - 1)
             return c
         return None
+
+    def _usable_detectors(self, view: ProposerView, result: ProposalResult) -> list[Detector]:
+        """The configured detectors this view can test: one that reads the conversation needs it
+        for every reply (counted in `result.rejected["no_context"]` otherwise)."""
+        usable = []
+        for d in self.detectors:
+            if d.needs_context and not _has_contexts(view.samples):
+                result.reject("no_context")
+                continue
+            usable.append(d)
+        return usable
+
+    @staticmethod
+    def _shows_of(f: Feature, detections: _Detections) -> Shows:
+        """Whether a sample shows pattern `f`: its detector, or its regex in any reply."""
+        if f.kind == "detector":
+            return detections.shows(DETECTORS[f.key])
+        rx = regex.compile(f.regex)
+        return lambda s: _search(rx, s)
 
     def _effect(self, samples: list[ViewSample], words: dict[str, int]) -> Effect:
         """The RM-effect test over `samples`, length-adjusted when `length_adjusted` is on."""
@@ -193,17 +260,24 @@ class LexicalProposer:
         return None
 
     def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
-                 active: list[tuple[Penalty, Spans]], retired: list[tuple[Penalty, Spans]]) -> Candidate | None:
-        """A retired regex penalty whose pattern is back among the positives, as a candidate."""
+                 active: list[tuple[Penalty, Spans]], retired: list[tuple[Penalty, Spans]],
+                 detections: _Detections, usable: list[Detector], named: set[str]) -> Candidate | None:
+        """A retired regex penalty whose pattern is back among the positives, as a candidate; or a
+        retired detector penalty (of a configured, usable detector) whose detector is."""
+        on = {d.name: d for d in usable}
+        looks: list[tuple[Penalty, Shows, Feature]] = [
+            (pen, detections.shows(on[pen.detector]), Feature("detector", pen.detector, pen.title, ""))
+            for pen in view.retired if pen.detector in on]
         for pen, spans in retired:
             is_length = length_limit(pen.regex) is not None
-            evidence = self._weak_evidence(pos, neg, effect, lambda s, spans=spans: _shows(spans, s),
-                                           adjust=not is_length)
+            looks.append((pen, lambda s, spans=spans: _shows(spans, s),
+                          Feature("length" if is_length else "ngram1", pen.id, pen.title, pen.regex or "")))
+        for pen, shows, f in looks:
+            evidence = self._weak_evidence(pos, neg, effect, shows, adjust=f.kind != "length")
             if evidence is None:
                 continue
             samples, p, q, groups = evidence
-            f = Feature("length" if is_length else "ngram1", pen.id, pen.title, pen.regex)
-            if self._covered(f, samples, active):
+            if self._covered(f, samples, active, named):
                 continue
             c = self._candidate(f, samples, p, q, len(pos), len(neg), groups)
             c.title, c.revives = pen.title, pen.id
@@ -234,38 +308,43 @@ class LexicalProposer:
         return self._weak_evidence(stratum.positives(), stratum.negatives(), self._effect(samples, words), shows,
                                    adjust) is not None
 
-    def _explained(self, f: Feature, samples: list[ViewSample], view: ProposerView,
-                   active: list[tuple[Penalty, Spans]], words: dict[str, int]) -> bool:
+    def _explained(self, f: Feature, own: Shows, samples: list[ViewSample], view: ProposerView,
+                   active: list[Shows], words: dict[str, int]) -> bool:
         """Whether an active penalty that travels with the pattern explains it away: it matches at
         least `coverage` of the pattern's positives, and `explain_lift` times more often than replies
         at large, and holding it fixed (among the replies it matches, and among the rest) the
         pattern no longer shows weak evidence."""
         if self.cfg.explain_lift <= 0:
             return False
-        own = regex.compile(f.regex)
         adjust = f.kind != "length"
-        for _, spans in active:
-            share = sum(_shows(spans, s) for s in samples) / len(samples)
-            base = sum(_shows(spans, s) for s in view.samples) / len(view.samples)
+        for shows in active:
+            share = sum(map(shows, samples)) / len(samples)
+            base = sum(map(shows, view.samples)) / len(view.samples)
             if share < max(self.cfg.coverage, self.cfg.explain_lift * base):
                 continue
-            strata = ([s for s in view.samples if not _shows(spans, s)],
-                      [s for s in view.samples if _shows(spans, s)] if self.cfg.explain_within else [])
-            if not any(self._weak_in(st, lambda s: _search(own, s), words, adjust) for st in strata):
+            strata = ([s for s in view.samples if not shows(s)],
+                      [s for s in view.samples if shows(s)] if self.cfg.explain_within else [])
+            if not any(self._weak_in(st, own, words, adjust) for st in strata):
                 return True
         return False
 
-    def _rising(self, f: Feature, view: ProposerView) -> bool:
-        """Whether the pattern is more prevalent now than in the view's reference (module docstring)."""
+    def _rising(self, f: Feature, own: Shows, view: ProposerView) -> bool:
+        """Whether the pattern is more prevalent now than in the view's reference (`drift_p_value`;
+        a detector that reads the conversation is not checked against a reference without one)."""
         if self.cfg.drift_p_value is None or not view.reference:
             return True
-        rx = regex.compile(f.regex)
-        now = sum(_search(rx, s) for s in view.samples)
-        then = sum(_search(rx, s) for s in view.reference)
+        if f.kind == "detector" and DETECTORS[f.key].needs_context and not _has_contexts(view.reference):
+            return True
+        now = sum(map(own, view.samples))
+        then = sum(map(own, view.reference))
         return fisher_p(now, len(view.samples), then, len(view.reference)) <= self.cfg.drift_p_value
 
-    def _covered(self, f: Feature, samples: list[ViewSample], active: list[tuple[Penalty, Spans]]) -> bool:
-        """Whether an active regex penalty already matches this pattern where it occurs."""
+    def _covered(self, f: Feature, samples: list[ViewSample], active: list[tuple[Penalty, Spans]],
+                 named: set[str]) -> bool:
+        """Whether an active regex penalty already matches this pattern where it occurs, or (a
+        detector) an active penalty names the same detector (`named`)."""
+        if f.kind == "detector":
+            return f.key in named
         own = regex.compile(f.regex)
         for pen, spans in active:
             if (f.kind == "length") != (length_limit(pen.regex) is not None):
@@ -280,9 +359,13 @@ class LexicalProposer:
     @staticmethod
     def _candidate(f: Feature, samples: list[ViewSample], p: float, q: float, n_pos: int, n_neg: int,
                    groups: int) -> Candidate:
+        what = f"{f.title}. {DETECTORS[f.key].description}" if f.kind == "detector" else f"{f.title}."
         description = (
-            f"{f.title}. Among sampled replies, {p:.0%} of those the reward model scored above their "
+            f"{what} Among sampled replies, {p:.0%} of those the reward model scored above their "
             f"group ({round(p * n_pos)}/{n_pos}, from {groups} groups) show this, against {q:.0%} of "
             f"those it scored below ({round(q * n_neg)}/{n_neg}): the reward model seems to reward "
             f"the pattern itself rather than the quality of the reply.")
-        return Candidate(f.title, description, list(dict.fromkeys(rollout_id(s.id) for s in samples)), f.regex, groups)
+        refs = list(dict.fromkeys(rollout_id(s.id) for s in samples))
+        if f.kind == "detector":
+            return Candidate(f.title, description, refs, None, groups, detector=f.key)
+        return Candidate(f.title, description, refs, f.regex, groups)

@@ -1,7 +1,7 @@
 """Surface patterns of replies, as the lexical proposer counts them and the regex judge matches them.
 
 A pattern (`Feature`) is a word n-gram, an opener, a closer, or "longer than L words", with a
-readable title and a regex. Words, tokens and the patterns' regexes use the judge's engine
+readable title and a regex (or a named detector, kind `detector`, which has no regex). Words, tokens and the patterns' regexes use the judge's engine
 (`regex`), so the evidence counted here and the judge's verdicts agree on every character
 (`regex`'s word characters include combining marks; its white space leaves out U+001C..U+001F,
 which `re` and `str.split` count). A multi-turn rollout shows a pattern when any of its replies
@@ -30,7 +30,7 @@ do does did not no yes can could will would should may might must have has had j
 # then longer n-grams (the same evidence, said more precisely).
 # Length comes last: on equal evidence a specific wording is the better (less blunt) penalty.
 KIND_RANK = {"open1": 0, "open2": 1, "close?": 2, "closep": 2, "closeword": 3, "ngram3": 4, "ngram2": 5,
-             "ngram1": 6, "length": 7}
+             "ngram1": 6, "detector": 7, "length": 8}
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class Feature:
 
     @property
     def title(self) -> str:
+        if self.kind == "detector":  # a named detector (penalties.detectors): `shown` is its title
+            return self.shown
         if self.kind.startswith("open"):
             return f'Replies open with "{self.shown}"'
         if self.kind == "close?":

@@ -7,7 +7,8 @@ By default 2 rollouts from each of 16 groups (32 in all), drawn with an RNG seed
 `pool_views` joins the views of several recent batches into one (a statistical proposer needs
 more replies than one batch gives), and a view may carry a `reference`: a sample of the first
 batch of the run, i.e. of what the policy wrote before training, for proposers that ask whether
-a pattern is growing.
+a pattern is growing. Each sample keeps the conversation each of its replies answers, as the
+judge reads it (`contexts`), for detectors that compare a reply with its prompt.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import hashlib
 import random
 from dataclasses import dataclass, field, replace
 
-from ..types import Batch, Penalty
+from ..judge.prompting import transcript
+from ..types import Batch, Penalty, Rollout
 
 
 @dataclass
@@ -33,6 +35,10 @@ class ViewSample:
     replies: list[str] = field(default_factory=list)
     """The policy's replies one by one (multi-turn rollouts; `text` joins them). Empty: `text` is
     the one reply."""
+    contexts: list[str | None] = field(default_factory=list)
+    """What each of `parts` answers: the conversation before it as the judge reads it
+    (judge.prompting.transcript), for detectors that compare a reply with its prompt (off_topic).
+    Empty when not known (views saved before detectors)."""
 
     @property
     def parts(self) -> list[str]:
@@ -94,9 +100,19 @@ def build_view(batch: Batch, scores: list[list[float]], advantages: list[list[fl
             sid = f"s{len(samples) + 1:0{width}d}"
             replies = group[i].replies
             samples.append(ViewSample(sid, gi, group[i].text, float(scores[gi][i]),
-                                      advantage_sign(advantages[gi][i]), list(replies) if len(replies) > 1 else []))
+                                      advantage_sign(advantages[gi][i]), list(replies) if len(replies) > 1 else [],
+                                      contexts_of(group[i])))
     return ProposerView(step=step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain)
+
+
+def contexts_of(r: Rollout) -> list[str | None]:
+    """What each policy reply of `r` answers, as the judge reads it; [] when its turns do not
+    line up with its replies (a rollout built without turns answers its prompt)."""
+    exchanges = r.exchanges()
+    if len(exchanges) == max(1, len(r.replies)):
+        return [transcript(conversation) for conversation, _ in exchanges]
+    return [transcript(r.messages)] if len(r.replies) <= 1 and not r.turns else []
 
 
 def pool_views(views: list[ProposerView], *, step: int | None = None, active: list[Penalty] | None = None,
@@ -127,7 +143,9 @@ def per_reply(view: ProposerView) -> ProposerView:
             if not s.replies:
                 out.append(s)
                 continue
-            out += [replace(s, id=f"{s.id}.{k + 1}", text=r, replies=[]) for k, r in enumerate(s.replies)]
+            ctxs = s.contexts if len(s.contexts) == len(s.replies) else [None] * len(s.replies)
+            out += [replace(s, id=f"{s.id}.{k + 1}", text=r, replies=[], contexts=[c] if c is not None else [])
+                    for k, (r, c) in enumerate(zip(s.replies, ctxs))]
         return out
 
     return replace(view, samples=split(view.samples), reference=split(view.reference))

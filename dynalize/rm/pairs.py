@@ -259,7 +259,7 @@ async def pairs_from_run(cfg: PairsConfig, judge: Judge | None = None, bar: Any 
     job = bar.add_task("reading rollouts", total=len(steps)) if bar else None
     replies, with_verdicts = read_run_replies(run, steps, (lambda n: bar.advance(job, n)) if bar else None)
     if cfg.rejudge:
-        no_regex = [p.id for p in penalties.values() if not p.regex]
+        no_regex = [p.id for p in penalties.values() if not p.regex and not p.detector]
         if no_regex and judge is None:
             raise ConfigError(f"--rejudge: {len(no_regex)} of the run's penalties have no regex "
                               f"({', '.join(no_regex[:5])}): pass --judge to judge them")
