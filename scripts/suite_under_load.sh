@@ -57,7 +57,9 @@ fi
 "${busy_cmd[@]}" &
 busy=$!
 
-echo "suite under load: ${runs} run(s) of \`python -m pytest -q ${pytest_args[*]}\` on a fresh clone of" \
+shown="$(printf ' %q' "${pytest_args[@]}")"
+[ ${#pytest_args[@]} -gt 0 ] || shown=""
+echo "suite under load: ${runs} run(s) of \`python -m pytest -q${shown}\` on a fresh clone of" \
      "${commit:0:12} ($work/clone), $(nproc) CPU(s), one kept busy by pid $busy (${busy_cmd[*]})"
 passed=0
 failed=0
