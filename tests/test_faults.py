@@ -23,6 +23,8 @@ import random
 import re
 import socket
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -132,11 +134,13 @@ def chat(role: str, url: str, **kw) -> list[str]:
     return [f"{prefix}.engine=llm", *(f"{prefix}.chat.{k}={json.dumps(v)}" for k, v in settings.items())]
 
 
-def closed_port_url() -> str:
+@contextmanager
+def closed_port_url() -> Iterator[str]:
+    """A URL whose port refuses connections: bound for the whole `with`, never listening, so no
+    other process (or test) can take the port meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"  # nothing listens there any more
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
 def stopped(capsys) -> str:
@@ -221,8 +225,7 @@ def judged_steps(run: Path) -> list[dict]:
 
 
 def test_judge_down_stops_the_run_within_a_bounded_step_time_then_resumes(tmp_path, capsys):
-    with FaultServer(SaneModel()) as proposer_server:
-        down = closed_port_url()
+    with FaultServer(SaneModel()) as proposer_server, closed_port_url() as down:
         judge = chat("judge", down, max_retries=2, retry_wait=0.2, max_concurrency=2)
         argv = toy(tmp_path, 6, "penalties.every=4", "penalties.judge.failure_window=2",
                    *judge, *chat("proposer", proposer_server.base_url))
