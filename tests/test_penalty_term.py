@@ -185,6 +185,24 @@ def test_score_never_waits_for_a_slow_proposer():
     assert eng.totals.get("proposer/skipped_in_flight", 0) == 0  # every=100: steps 1-4 were off the schedule
 
 
+def test_with_sync_the_next_score_waits_for_the_proposal_and_applies_it():
+    prop = FakeProposer(candidate(), delay=0.3)
+
+    async def main():
+        eng = term(prop, RegexJudge(), every=2, sync=True)
+        async with anyio.create_task_group() as tg:
+            for step in range(4):
+                batch = hacked_batch(step)
+                await score(eng, batch)
+                assert not eng.in_flight
+                eng.observe(batch, tg)
+        return eng
+
+    eng = anyio.run(main)
+    [p] = eng.buffer.all()
+    assert p.created_step == 1 and p.history[0]["proposed_at"] == 0  # always the step after, however slow
+
+
 def drive(eng, steps, read):
     """Score and observe `steps` batches as the loop does; what `read(eng)` says after each step."""
     async def main():

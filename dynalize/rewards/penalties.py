@@ -5,8 +5,8 @@ keep the penalty buffer up to date.
 next batch on; accepted proposals queue, one enters per step), judges every policy reply against
 all active penalties in one pass, and retires penalties that nothing triggered, or whose regex
 the judge set aside (`unusable_regex`). `observe` keeps the view of the scored batch and, every
-`every` steps, starts a proposal in the background: training never waits for it, only one runs
-at a time, and it sees the queued proposals as active penalties. `finish` (the run's end) cancels
+`every` steps, starts a proposal in the background: training never waits for it (with `sync`,
+the next step's score does), only one runs at a time, and it sees the queued proposals as active penalties. `finish` (the run's end) cancels
 one in flight (after up to `finish_timeout`, 0 by default: the end of a run does not wait for a
 proposal that can no longer change its training); a cancelled or checkpointed one is proposed
 again first on resume, so extending a finished run completes it as a resume after a crash does. The
@@ -81,7 +81,10 @@ class PenaltyTerm(RewardTerm):
     # --- the term ---------------------------------------------------------------------------------
 
     async def score(self, batch: Batch) -> TermScores:
-        """Apply a finished proposal, judge every reply, retire what nothing triggered."""
+        """Apply a finished proposal, judge every reply, retire what nothing triggered. With
+        `sync`, first wait for the proposal in flight."""
+        if self.cfg.sync and self.in_flight and self._done is not None:
+            await self._done.wait()
         self._apply_pending(batch.step)
         rollouts = batch.rollouts
         active = self.buffer.active()
