@@ -6,13 +6,13 @@ next batch on; accepted proposals queue, one enters per step), judges every poli
 all active penalties in one pass, and retires penalties that nothing triggered, or whose regex
 the judge set aside (`unusable_regex`). `observe` keeps the view of the scored batch and, every
 `every` steps, starts a proposal in the background: training never waits for it (with `sync`,
-the next step's score does), only one runs at a time, and it sees the queued proposals as active penalties. `finish` (the run's end) cancels
-one in flight (after up to `finish_timeout`, 0 by default: the end of a run does not wait for a
-proposal that can no longer change its training); a cancelled or checkpointed one is proposed
-again first on resume, so extending a finished run completes it as a resume after a crash does. The
-proposer reads the last `view_steps` batches (pooled), each sample with its reward before
-penalties and that reward's advantage sign, plus a sample of the run's first batch as a
-reference for what the untrained policy wrote.
+the next step's score does), only one runs at a time, and it sees the queued proposals as active
+penalties. `finish` (the run's end) cancels one in flight (after up to `finish_timeout`, 0 by
+default: the end of a run does not wait for a proposal that can no longer change its training);
+a cancelled or checkpointed one is proposed again first on resume, so extending a finished run
+completes it as a resume after a crash does. The proposer reads the last `view_steps` batches
+(pooled), each sample with its reward before penalties and that reward's advantage sign, plus a
+sample of the run's first batch as a reference for what the untrained policy wrote.
 
 Failures are never silent: a verdict the judge failed to give marks its rollout `unscored` (its
 group is left out of the update, docs/reliability.md), every failure is counted (`judge/…`,
