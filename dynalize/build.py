@@ -262,10 +262,20 @@ def build_reward_trainer(cfg: Any, base_dir: str, tokenizer: Any, train_dataset:
     except ImportError:
         raise ConfigError("training a reward model needs TRL: pip install 'dynalize[rm]'") from None
 
+    import math
+    import os
+
+    # transformers reads a `warmup_steps` under 1 as a ratio and 1 or more as a count, so a ratio
+    # of 1.0 would be one step: pass the count of the run's optimizer steps instead (each process
+    # sees its share of the batches; a last partial accumulation still steps, as in the Trainer).
+    world = max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    batches = math.ceil(len(train_dataset) / (cfg.batch_size * world))
+    optimizer_steps = math.ceil(cfg.epochs * max(1, math.ceil(batches / cfg.grad_accum)))
     args = dict(
         output_dir=cfg.out, learning_rate=cfg.lr, num_train_epochs=cfg.epochs,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
-        weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_ratio, lr_scheduler_type=cfg.lr_scheduler,
+        weight_decay=cfg.weight_decay, warmup_steps=math.ceil(optimizer_steps * cfg.warmup_ratio),
+        lr_scheduler_type=cfg.lr_scheduler,
         gradient_checkpointing=cfg.gradient_checkpointing, center_rewards_coefficient=cfg.center_rewards_coefficient,
         seed=cfg.seed, data_seed=cfg.seed, max_length=None, bf16=False, fp16=False, save_strategy="no",
         report_to="none", model_init_kwargs={"dtype": cfg.dtype}, remove_unused_columns=True,

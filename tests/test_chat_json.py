@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 import types
 
 import anyio
@@ -145,12 +144,10 @@ async def test_limited_chat_model_caps_concurrency():
     async def one():
         results.append(await model.chat(MSGS))
 
-    t0 = time.monotonic()
     async with anyio.create_task_group() as tg:
         for _ in range(9):
             tg.start_soon(one)
-    assert results == ["ok"] * 9 and peak == 3
-    assert time.monotonic() - t0 >= 0.05  # three waves of 0.02 s
+    assert results == ["ok"] * 9 and peak == 3  # never more than 3 at once, and 3 at once were reached
 
 
 def test_build_chat_model_engines(monkeypatch):
@@ -202,42 +199,39 @@ def test_a_bad_multi_megabyte_reply_is_cut_in_the_correction_retry():
 
 
 @pytest.mark.parametrize("raw", ['{"a": "' + "x y, " * 100_000, "[" * 200_000], ids=["unterminated", "deep"])
-def test_too_long_or_too_deep_json_fails_as_unusable_not_as_a_crash(raw):
-    t0 = time.perf_counter()
-    with pytest.raises(ValueError):
+def test_too_long_or_too_deep_json_fails_as_unusable_not_as_a_crash(raw, monkeypatch):
+    import json_repair
+
+    def no_repair(*args, **kwargs):  # repairing this would take seconds: it must not be tried
+        raise AssertionError("json_repair was asked to repair a reply over REPAIR_MAX_CHARS")
+
+    monkeypatch.setattr(json_repair, "loads", no_repair)
+    with pytest.raises(ValueError, match="too long to repair"):
         parse_json(raw)
-    assert len(raw) > REPAIR_MAX_CHARS and time.perf_counter() - t0 < 2.0  # repair would take 3.5 s
+    assert len(raw) > REPAIR_MAX_CHARS
 
 
 def test_json_is_parsed_off_the_event_loop(monkeypatch):
     """A slow parse (a big reply to repair) must not stall the loop: training runs on it too."""
+    import threading
+
     import dynalize.backends.chat as chat
 
-    def slow_parse(text, schema=None):
-        time.sleep(0.6)
+    parsed_on: list[threading.Thread] = []
+
+    def recording_parse(text, schema=None):
+        parsed_on.append(threading.current_thread())
         return {"violations": []}
 
-    monkeypatch.setattr(chat, "parse_json", slow_parse)
-    gaps: list[float] = []
+    monkeypatch.setattr(chat, "parse_json", recording_parse)
 
     async def main():
-        done = anyio.Event()
+        loop_thread = threading.current_thread()
+        await chat_json(ScriptedChatModel(['{"violations": []}']), MSGS, VERDICT)
+        return loop_thread
 
-        async def ticker():
-            last = time.perf_counter()
-            while not done.is_set():
-                await anyio.sleep(0.01)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            await chat_json(ScriptedChatModel(['{"violations": []}']), MSGS, VERDICT)
-            done.set()
-
-    anyio.run(main)
-    assert max(gaps) < 0.3, max(gaps)
+    loop_thread = anyio.run(main)
+    assert parsed_on and all(t is not loop_thread for t in parsed_on)  # a worker thread, never the loop's
 
 
 # --- the judge's time budget holds against JSON repair -------------------------------------------------

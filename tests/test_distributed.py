@@ -1,12 +1,20 @@
 """Two real training processes (DDP on gloo, launched with torchrun) train like one process."""
 
+import math
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
+from dynalize import tiny
 from dynalize.runlog import read_jsonl
+
+
+def _weights(run) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "checkpoints" / "step_000003" / "policy" / "model.safetensors"))
 
 
 @pytest.mark.slow
@@ -25,12 +33,28 @@ def test_two_process_ddp_matches_one_process(toy_overrides, tmp_path):
     two = read_jsonl(tmp_path / "two" / "metrics.jsonl")
     assert [m["step"] for m in two] == [0, 1, 2]  # one orchestrator: each step logged once
     assert {m["processes"] for m in one} == {1.0} and {m["processes"] for m in two} == {2.0}
-    gap = max(abs(b["loss"] - a["loss"]) / max(abs(a["loss"]), 1e-9) for a, b in zip(one, two))
-    print(f"two processes vs one: max relative loss difference {gap:.1e} over {len(one)} steps")
-    for a, b in zip(one, two):
-        # same global batch, same normalisation: equal up to float summation order (stated: 1e-5 rel.)
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-9)
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    for a, b in zip(one, two):  # the same global batch: the same rollouts and token counts
         assert b["loss_tokens"] == a["loss_tokens"]
         assert b["reward/mean"] == pytest.approx(a["reward/mean"], rel=1e-6)
+
+    # Same global batch, same normalisation: equal up to float summation order. What is compared:
+    # - gradient norms, relative;
+    # - the weights after the 3 steps: their difference against the whole change the steps made;
+    # - losses against the scale of their terms (mean |advantage|): a GRPO loss is a mean of
+    #   advantage-weighted terms whose group sums cancel (on-policy at step 0 it is ~1e-10 and
+    #   its sign is float noise), so a relative difference of the loss itself says nothing.
+    grad_gap = max(abs(b["grad_norm"] - a["grad_norm"]) / a["grad_norm"] for a, b in zip(one, two))
+    loss_gap = max(abs(b["loss"] - a["loss"]) / a["advantage/abs_mean"] for a, b in zip(one, two))
+    start = load_file(os.path.join(tiny.resolve("tiny:policy"), "model.safetensors"))
+    w1, w2 = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert w1.keys() == w2.keys() <= start.keys()
+    norm = lambda parts: math.sqrt(sum(float((x.double() ** 2).sum()) for x in parts))
+    moved = norm(w1[k] - start[k] for k in w1)
+    weight_gap = norm(w2[k] - w1[k] for k in w1) / moved
+    print(f"two processes vs one over {len(one)} steps: gradient norm {grad_gap:.1e} relative, weights after "
+          f"the steps {weight_gap:.1e} of their change, loss {loss_gap:.1e} of mean |advantage|")
+    assert moved > 0 and all(a["advantage/abs_mean"] > 0 for a in one)
+    assert grad_gap < 1e-5
+    assert weight_gap < 1e-4
+    assert loss_gap < 1e-5
     assert (tmp_path / "two" / "checkpoints" / "step_000003" / "train_state").is_dir()

@@ -79,7 +79,9 @@ def overrides(out: Path, name: str, word: str, steps: int = STEPS, enabled: bool
         "task.name=test_dynalize_e2e:PlantedTask", f"task.args.word={json.dumps(word)}",
         f"penalties.enabled={str(enabled).lower()}", f"penalties.lam={LAM}", "penalties.every=2",
         "penalties.view_groups=8", "penalties.view_per_group=8",
-        "penalties.proposer.engine=lexical", "penalties.judge.engine=regex", *extra,
+        "penalties.proposer.engine=lexical", "penalties.judge.engine=regex",
+        "penalties.sync=true",  # a proposal lands at the next step, however loaded the machine
+        *extra,
     ]
 
 
@@ -134,7 +136,7 @@ def test_lexical_proposer_adds_penalty_and_regex_judge_applies_it(planted_word, 
     pattern = regex.compile(add["regex"])  # the judge's engine
     assert pattern.search(f"so {planted_word} it is"), (add["title"], planted_word)  # it found the planted word
     pid, at = add["id"], add["step"]
-    assert 1 <= at < STEPS  # applies from the batch after the proposal
+    assert at == 1  # applies from the batch after the proposal (sync: never later)
 
     checked = 0
     for step in range(at, STEPS):

@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import re
-import time
 
 import anyio
 import pytest
@@ -240,28 +239,25 @@ def test_a_regex_that_does_not_compile_is_set_aside_too():
 
 
 @pytest.mark.timeout(60)
-def test_regex_judging_leaves_the_event_loop_free():
-    ticks = 0
+def test_regex_judging_leaves_the_event_loop_free(monkeypatch):
+    import threading
+
+    judge = RegexJudge()
+    matched_on: list[threading.Thread] = []
+    lexical = judge._judge_lexical
+
+    def recording(*args):
+        matched_on.append(threading.current_thread())
+        return lexical(*args)
+
+    monkeypatch.setattr(judge, "_judge_lexical", recording)
 
     async def main():
-        nonlocal ticks
-        done = anyio.Event()
+        await judge.assess(["a" * 60 + "!"] * 4, [SLOW], 1)
+        return threading.current_thread()
 
-        async def ticker():
-            nonlocal ticks
-            while not done.is_set():
-                ticks += 1
-                await anyio.sleep(0.001)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            await anyio.sleep(0)
-            before = ticks
-            await RegexJudge().assess(["a" * 60 + "!"] * 4, [SLOW], 1)
-            done.set()
-        return ticks - before
-
-    assert anyio.run(main) >= 2  # other tasks ran while the slow pattern was matched
+    loop_thread = anyio.run(main)
+    assert matched_on and all(t is not loop_thread for t in matched_on)  # a worker thread, never the loop's
 
 
 def test_judge_prompt_includes_the_task_description():
@@ -285,9 +281,7 @@ def test_verdicts_not_in_within_the_time_budget_fail_and_say_why():
         await anyio.sleep(30)
 
     judge = Judge(ScriptedChatModel(never), JudgeConfig(time_budget_s=0.3))
-    t0 = time.monotonic()
-    out = run(judge, ["a", "b", "c"], [P1, P2])
-    assert time.monotonic() - t0 < 3  # not the 30 s the calls would take
+    out = run(judge, ["a", "b", "c"], [P1, P2])  # the calls would sleep 30 s: the budget cut them
     assert all(j.failed == {"p001", "p002"} and j.verdicts == {"p001": False, "p002": False} for j in out)
     assert judge.stats.timed_out == 3 and judge.stats.failures == 6
     assert "time budget (0.3s per step)" in judge.last_error

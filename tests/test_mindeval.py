@@ -233,6 +233,28 @@ def test_tiny_run_through_the_cli(tmp_path):
     assert raw[1]["interaction"][-1] == {"role": "user", "content": "I slept badly again."}
 
 
+def judge_names_nothing(messages):
+    return "The therapist did well overall."  # no `Name: score` line: every criterion missing
+
+
+@pytest.mark.slow
+def test_a_complete_row_with_an_all_criteria_missing_warning_exits_0_and_prints_the_warning(tmp_path, capsys):
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints" / "step_000010"
+    shutil.copytree(tiny.resolve("tiny:policy"), ckpt / "policy")
+    (ckpt / "state.json").write_text("{}")
+    spec = lambda fn: json.dumps({"engine": "scripted", "path": f"test_mindeval:{fn}"})
+    args = ["--run", str(run), "--bench", "mindeval", "--bench-dir", str(FIXTURES), "--judge",
+            spec("judge_names_nothing"), "--patient", spec("patient_reply"), "--max-tokens", "4", "--no-progress",
+            "--log-level", "WARNING"]
+    assert eval_main(args) == 0  # a warning is not a failure
+    row = json.loads((run / "eval" / "mindeval.jsonl").read_text())
+    assert row["complete"] and row["score"] == pytest.approx(3.0) and row["counts"]["all_missing"] == 2
+    err = capsys.readouterr().err
+    assert "warning: mindeval step 10: 2 judge replies named none of the five criteria" in err
+    assert "error:" not in err
+
+
 def test_cli_needs_a_patient(capsys):
     with pytest.raises(SystemExit):
         eval_main(["--run", "x", "--bench", "mindeval", "--bench-dir", "y", "--judge", "{}"])

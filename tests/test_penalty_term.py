@@ -151,10 +151,7 @@ def test_proposal_lands_at_first_score_after_it_finishes():
                 eng.observe(batch, tg)
                 if step == 7:
                     prop.release.set()
-                    with anyio.fail_after(5):
-                        while eng.in_flight:  # let the proposer finish before step 8 scores
-                            await anyio.sleep(0.001)
-                await anyio.sleep(0.001)
+                    await _until(lambda: not eng.in_flight)  # the proposer finishes before step 8 scores
         return eng, prop
 
     eng, prop = anyio.run(main)
@@ -166,24 +163,44 @@ def test_proposal_lands_at_first_score_after_it_finishes():
 
 
 def test_score_never_waits_for_a_slow_proposer():
-    async def main():
-        prop = FakeProposer(candidate(), delay=0.5)
-        eng = term(prop, RegexJudge(), every=100)
-        score_started, in_flight_steps = [], 0
-        async with anyio.create_task_group() as tg:
-            for step in range(40):
-                batch = hacked_batch(step)
-                score_started.append(time.perf_counter())
-                await score(eng, batch)
-                in_flight_steps += eng.in_flight
-                eng.observe(batch, tg)
-                await anyio.sleep(0.05)
-        return eng, prop, score_started, in_flight_steps
+    prop = GatedProposer(candidate())  # runs until the test opens its gate
 
-    eng, prop, started, in_flight_steps = anyio.run(main)
-    landed = next(i for i, t in enumerate(started) if t > prop.finished_at)
-    assert eng.buffer.get("p001").created_step == landed
-    assert in_flight_steps >= 3 and landed >= 4  # training went on while the proposer slept
+    async def main():
+        eng = term(prop, RegexJudge(), every=100)
+        in_flight = []
+        async with anyio.create_task_group() as tg:
+            for step in range(8):
+                if step == 5:  # four steps scored and observed while the proposal ran
+                    prop.gates[0].set()
+                    await _until(lambda: not eng.in_flight)
+                batch = hacked_batch(step)
+                await score(eng, batch)
+                in_flight.append(eng.in_flight)
+                eng.observe(batch, tg)
+        return eng, in_flight
+
+    eng, in_flight = anyio.run(main)
+    assert in_flight == [False, True, True, True, True, False, False, False]
+    assert eng.buffer.get("p001").created_step == 5  # it lands at the first score after it finished
+    assert eng.totals.get("proposer/skipped_in_flight", 0) == 0  # every=100: steps 1-4 were off the schedule
+
+
+def test_with_sync_the_next_score_waits_for_the_proposal_and_applies_it():
+    prop = FakeProposer(candidate(), delay=0.3)
+
+    async def main():
+        eng = term(prop, RegexJudge(), every=2, sync=True)
+        async with anyio.create_task_group() as tg:
+            for step in range(4):
+                batch = hacked_batch(step)
+                await score(eng, batch)
+                assert not eng.in_flight
+                eng.observe(batch, tg)
+        return eng
+
+    eng = anyio.run(main)
+    [p] = eng.buffer.all()
+    assert p.created_step == 1 and p.history[0]["proposed_at"] == 0  # always the step after, however slow
 
 
 def drive(eng, steps, read):
@@ -195,7 +212,7 @@ def drive(eng, steps, read):
                 batch = hacked_batch(step)
                 await score(eng, batch)
                 eng.observe(batch, tg)
-                await anyio.sleep(0.01)
+                await _until(lambda: not eng.in_flight)  # the proposal lands before the next step
                 out.append(read(eng))
         return out
 
@@ -276,7 +293,7 @@ def _propose_all(eng, steps):
                     r.replies = [f"{r.replies[0]} (step {step})"]
                     r.turns = [Message("assistant", r.replies[0])]
                 eng.observe(batch, tg)
-                await anyio.sleep(0)
+                await _until(lambda: not eng.in_flight)
     anyio.run(go)
 
 
@@ -322,7 +339,8 @@ class GatedProposer:
 
 
 async def _until(pred):
-    with anyio.fail_after(5):
+    """Wait for `pred()` (set by background tasks of this process); the bound only guards a hang."""
+    with anyio.fail_after(120):
         while not pred():
             await anyio.sleep(0.001)
 
@@ -390,8 +408,15 @@ def start_then_finish(proposer, **cfg):
     return anyio.run(main)
 
 
-def test_the_run_end_waits_for_a_proposal_in_flight():
-    eng = start_then_finish(FakeProposer(candidate(), delay=0.2))
+def test_by_default_the_run_end_waits_for_no_proposal_and_keeps_it_for_a_resume():
+    eng = start_then_finish(GatedProposer(candidate()))  # never released: a wait would never end
+    m = eng.metrics()
+    assert m["proposer/cancelled"] == 1 and m["proposer/accepted"] == 0 and not eng.in_flight
+    assert eng.state_dict()["in_flight"]["step"] == 0  # the last checkpoint keeps what it was asked
+
+
+def test_with_a_finish_timeout_the_run_end_waits_for_a_proposal_in_flight():
+    eng = start_then_finish(FakeProposer(candidate(), delay=0.2), finish_timeout=600)
     m = eng.metrics()
     assert m["proposer/accepted"] == 1 and m["proposer/pending"] == 1 and m["proposer/cancelled"] == 0
     assert eng.state_dict()["pending"][0]["candidate"]["title"] == "Opens with Zounds"
@@ -429,7 +454,7 @@ def test_a_state_dict_taken_mid_proposal_keeps_its_view():
             batch = hacked_batch(0)
             await score(eng, batch)
             eng.observe(batch, tg)
-            await anyio.sleep(0.01)
+            await _until(lambda: bool(prop.views))  # the proposal is running, held at its gate
             state = eng.state_dict()
             prop.gates[0].set()
         return state
@@ -524,9 +549,27 @@ def test_judge_failing_more_than_the_rate_over_the_window_stops_the_run():
 def test_proposer_failing_proposal_after_proposal_stops_the_run():
     cfg = PenaltiesConfig(enabled=True, every=1, proposer={"max_failed_proposals": 3})
     eng = PenaltyTerm(cfg, FakeProposer(error=RuntimeError("HTTP 401 invalid key")), RegexJudge())
-    reasons = drive(eng, 4, lambda e: e.stop_reason())
+    reasons = drive(eng, 5, lambda e: e.stop_reason())
     assert reasons[:2] == [None, None]
-    assert reasons[2] == ("the proposer failed its last 3 proposals (penalties.proposer.max_failed_proposals=3); "
-                          "last error: RuntimeError: HTTP 401 invalid key")
-    m = eng.metrics()
-    assert m["proposer/failed_total"] == 4 and m["proposer/finished_total"] == 4
+    assert reasons[2:] == ["the proposer failed its last 3 proposals (penalties.proposer.max_failed_proposals=3); "
+                           "last error: RuntimeError: HTTP 401 invalid key"] * 3
+    m = eng.metrics()  # exact: no proposal started after the third failure, however many steps ran
+    assert m["proposer/failed_total"] == 3 and m["proposer/finished_total"] == 3 and eng.totals["proposer/started"] == 3
+
+
+def test_the_stop_rule_is_exact_when_failures_land_faster_than_the_stop_is_checked():
+    cfg = PenaltiesConfig(enabled=True, every=1, proposer={"max_failed_proposals": 2})
+    prop = FakeProposer(error=RuntimeError("HTTP 500"))
+    eng = PenaltyTerm(cfg, prop, RegexJudge())
+
+    async def main():  # every proposal fails before the next observe; stop_reason is read only at the end
+        async with anyio.create_task_group() as tg:
+            for step in range(5):
+                batch = hacked_batch(step)
+                await score(eng, batch)
+                eng.observe(batch, tg)
+                await _until(lambda: not eng.in_flight)
+
+    anyio.run(main)
+    assert len(prop.views) == 2
+    assert eng.stop_reason().startswith("the proposer failed its last 2 proposals (penalties.proposer.max_failed")

@@ -3,6 +3,7 @@ what the task's `rm_input` gives, the trained RM loaded by the existing `hf` eng
 kept, and bad pair files as one-line errors."""
 
 import json
+import math
 import random
 import statistics
 from pathlib import Path
@@ -67,6 +68,24 @@ def test_bt_loss_is_the_trainers_loss():
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     by_hand = statistics.fmean(bt_loss(m) for m in (chosen - rejected).tolist())
     assert by_hand == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("ratio, batch_size, grad_accum, warmup", [(1.0, 2, 1, 5), (0.5, 2, 2, 2), (0.0, 4, 1, 0)])
+def test_warmup_ratio_is_a_share_of_the_optimizer_steps(tmp_path, ratio, batch_size, grad_accum, warmup):
+    cfg = RMTrainConfig(base="tiny:rm", pairs="unused", out=str(tmp_path / "out"), seed=0, warmup_ratio=ratio,
+                        batch_size=batch_size, grad_accum=grad_accum, lr_scheduler="linear",
+                        trainer_args={"logging_steps": 1})
+    base = model_dir("tiny:rm")
+    tok = load_tokenizer(base)
+    rows = [parse_pair({"prompt": "Write.", "chosen": f"calm {i}", "rejected": f"loud {i}"}, "t") for i in range(10)]
+    trainer = build_reward_trainer(cfg, base, tok, Dataset.from_dict(tokenized(tok, PairReader(None), rows, 64)))
+    assert trainer.args.warmup_steps == warmup
+    trainer.train()
+    lrs = [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
+    steps = math.ceil(math.ceil(10 / batch_size) / grad_accum)
+    assert len(lrs) == steps  # the count the warmup was taken from is the trainer's own
+    if ratio == 1.0:  # warming up over the whole run: the rate only rises
+        assert lrs == sorted(lrs) and lrs[-1] < cfg.lr
 
 
 def test_pair_accuracy_and_loss_by_hand():

@@ -67,7 +67,7 @@ def test_resume_keeps_masks_and_anchors(tmp_path):
     anyio.run(train, load_config(tmp_path / "r2" / "config.yaml", ["steps=4"]), True, "test")
     resumed = read_jsonl(tmp_path / "r2" / "rollouts" / "step_000003.jsonl")
     assert [r["rubric_dropped"] for r in resumed] == [r["rubric_dropped"] for r in straight]
-    assert [r["reward"] for r in resumed] == pytest.approx([r["reward"] for r in straight])
+    assert [r["reward"] for r in resumed] == [r["reward"] for r in straight]  # exact: the POW3R state too
     e1 = read_jsonl(tmp_path / "r" / "eval" / "task.jsonl")[-1]
     e2 = read_jsonl(tmp_path / "r2" / "eval" / "task.jsonl")[-1]
     assert e1["rubric/anchor_gold"] == e2["rubric/anchor_gold"]

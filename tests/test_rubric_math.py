@@ -231,7 +231,8 @@ def test_port_reweighter_applies_this_groups_contrast_and_keeps_the_positive_tot
 
 def test_pow3r_lags_one_visit_smooths_and_balances_within_categories():
     crit = rubric(4, 4, 2, 2, tags={0: ("axis:a",), 1: ("axis:a",), 2: ("axis:b",), 3: ("axis:b",)})
-    met = [{"c0": True, "c2": True}, {"c0": False, "c2": True}]  # c0 splits; c1 never; c2 always; c3 never
+    met = [{"c0": True, "c1": False, "c2": True, "c3": False},
+           {"c0": False, "c1": False, "c2": True, "c3": False}]  # c0 splits; c1 never; c2 always; c3 never
     r = Pow3rReweighter(min_factor=0.1, ema=0.5, category_prefix="axis:")
     first = r.weights("q", crit, met)
     assert first == {c.id: c.weight for c in crit}  # first visit: human weights (lag)
@@ -245,6 +246,44 @@ def test_pow3r_lags_one_visit_smooths_and_balances_within_categories():
     clone = Pow3rReweighter(min_factor=0.1, ema=0.5, category_prefix="axis:")
     clone.load_state_dict(json.loads(json.dumps(r.state_dict())))
     assert clone.weights("q", crit, met) == pytest.approx(r.weights("q", crit, met))
+
+
+def test_pow3r_state_round_trips_exactly_so_a_resume_continues_bit_for_bit():
+    crit = rubric(4, 3, 2)
+    met = [{"c0": True, "c1": True, "c2": False}, {"c0": False, "c1": True, "c2": False},
+           {"c0": False, "c1": False, "c2": True}]  # shares 1/3, 2/3, 1/3: factors with many digits
+    r = Pow3rReweighter(min_factor=0.15, ema=0.9)
+    for _ in range(3):
+        r.weights("q", crit, met)
+    clone = Pow3rReweighter(min_factor=0.15, ema=0.9)
+    clone.load_state_dict(json.loads(json.dumps(r.state_dict())))  # what a checkpoint keeps
+    assert clone.smoothed == r.smoothed
+    for _ in range(3):
+        assert clone.weights("q", crit, met) == r.weights("q", crit, met)  # equal, not approximately
+
+
+def test_a_criterion_no_reply_was_asked_about_has_no_contrast_and_keeps_its_factor():
+    assert contrast([{"a": True}, {"a": False}], ["a", "b"]) == {"a": 1.0}  # b: unasked, not unmet
+    crit = rubric(4, 4)
+    r = Pow3rReweighter(min_factor=0.1, ema=0.5)
+    for _ in range(5):  # c0 splits its group evenly; c1 is dropped and never asked about
+        r.weights("q", crit, [{"c0": True}, {"c0": False}], keep={"c0"})
+    assert r.smoothed["q"] == {"c0": 1.0}
+
+
+def test_kept_criteria_whose_factors_all_vanish_get_human_weights_under_dropout():
+    crit = rubric(4, 3, 2, -1)
+    met = [{"c0": True, "c1": True, "c2": True, "c3": False},
+           {"c0": True, "c1": False, "c2": False, "c3": False}]  # kept c0 saturated; dropped c1, c2 split
+    keep = {"c0", "c3"}
+    for reweighter in (PortReweighter(min_factor=0.0), Pow3rReweighter(min_factor=0.0, ema=0.0)):
+        for _ in range(2):  # the full form's second visit uses the first visit's factors
+            w = reweighter.weights("q", crit, met, keep)
+        assert w["c0"] == 4 and w["c3"] == -1
+        assert rubric_score(crit, met[0], keep, w) == 1.0  # defined: no RubricError
+    # with every criterion kept, the rescaling runs over the whole rubric as before
+    w = PortReweighter(min_factor=0.0).weights("q", crit, met)
+    assert w["c0"] == 0 and w["c1"] + w["c2"] == pytest.approx(9)
 
 
 def test_reweigh_leaves_pitfalls_and_falls_back_to_human_weights_when_all_factors_vanish():

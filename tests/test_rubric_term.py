@@ -181,6 +181,29 @@ def test_pow3r_port_reweights_within_the_group_and_the_full_form_lags_and_checkp
     assert [r.scores["rubric"] for r in second.rollouts] != pytest.approx([r.scores["rubric"] for r in fixed.rollouts])
 
 
+def test_pow3r_with_judge_dropped_false_never_reads_unasked_criteria_as_unmet():
+    term = make_term(dropout={"f": 0.5, "min_keep": 2}, judge_dropped=False,
+                     reweight={"method": "pow3r", "category_prefix": None})
+    everything = "apples bread cheese dates eggs"
+    for step in range(6):  # every asked criterion splits every group evenly: no factor may move
+        anyio.run(score_batch, [term], Batch(step, [[rollout(g, t) for t in (everything, "no", everything, "no")]
+                                                    for g in range(3)]))
+    factors = [v for d in term.reweighter.smoothed.values() for v in d.values()]
+    assert factors and factors == pytest.approx([1.0] * len(factors))
+
+
+def test_pow3r_port_with_min_factor_0_scores_groups_whose_kept_criteria_are_saturated():
+    term = make_term(dropout={"f": 0.5, "min_keep": 1}, reweight={"method": "pow3r_port", "min_factor": 0.0})
+    step = next(s for s in range(100) if len(term.mask(RUBRIC, "q0", s).kept) < len(RUBRIC))
+    kept = term.mask(RUBRIC, "q0", step).kept
+    words = {c.id: c.text.split()[-1] for c in RUBRIC if c.weight > 0}
+    all_kept = " ".join(w for k, w in words.items() if k in kept)
+    everything = " ".join(words.values())
+    b = Batch(step, [[rollout(0, t) for t in (all_kept, everything, all_kept, everything)]])
+    anyio.run(score_batch, [term], b)  # kept ones saturated (factor 0), dropped ones split
+    assert [r.scores["rubric"] for r in b.rollouts] == [1.0] * 4  # human weights over the kept criteria
+
+
 def test_evaluation_grades_with_proxy_and_gold_and_rechecks_anchor_replies():
     lenient = Judge(predicate=lambda r, c, x: c.id == "a" or mentions(r, c, x), prompt=RUBRIC_PROMPT)
     seen: list[str] = []

@@ -186,11 +186,24 @@ class AccelerateLearner(Learner):
             broadcast_object_list(message, from_process=0)
             command, arg = message[0]
             if command == "stop":
+                self._close_group()
                 return
             actions[command](arg)
 
     def stop_followers(self) -> None:
-        self._lead("stop")
+        """Rank 0, at the end of the run: the other ranks leave `serve()`; then every rank closes
+        the process group together."""
+        if self.distributed:
+            self._lead("stop")
+            self._close_group()
+
+    def _close_group(self) -> None:
+        """Every rank, once no collective is left: meet at a barrier, then destroy the process
+        group, so that no rank exits while another's gloo connections to it are still open (an
+        exit, or a process torn down under load, would close them under a live peer)."""
+        self.accelerator.wait_for_everyone()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
     # --- the Learner interface ----------------------------------------------------------------------
 

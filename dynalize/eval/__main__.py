@@ -9,9 +9,10 @@ the saved generations again with another `--judge`, into `RUN/eval/<bench>@LABEL
 (judge, patient) is a JSON object or a YAML/JSON file with a chat-model config and sampling keys,
 e.g. '{"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "judge"}'.
 
-Exit status: 0 when every checkpoint evaluated now is complete and scored; 1 when one has failed
-judge (or patient) calls, no score, or a warning (e.g. ResearchQA items skipped as the official
-code skips them); 2 for bad input or an endpoint that does not answer.
+Exit status: 0 when every checkpoint evaluated now is complete and scored (warnings, such as judge
+replies that named no criterion or ResearchQA items skipped as the official code skips them, are
+printed and change nothing); 1 when one has failed judge (or patient) calls, or no score; 2 for bad
+input or an endpoint that does not answer.
 """
 
 from __future__ import annotations
@@ -194,19 +195,21 @@ def results_table(bench: str, rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def problems(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
-    """One line per checkpoint evaluated now that is not a finished, scored result."""
+def problems(args: argparse.Namespace, rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of the checkpoints evaluated now: an error for each one that is not a
+    finished, scored result (the exit status is then 1); a warning for what a complete, scored
+    row says the user must see (it changes no exit status)."""
     name = results_name(args) if args.rejudge is None else f"{results_name(args)}@{args.rejudge}"
     raw = eval_paths(args.run, results_name(args), args.rejudge)[1]
-    out = []
+    errors, warnings = [], []
     for r in rows:
         if not r["complete"]:
-            out.append(f"{name} step {r['step']}: {r['failed']} judge or patient call(s) failed; rerun the same "
-                       f"command to do them again (the generations are kept in {raw})")
+            errors.append(f"{name} step {r['step']}: {r['failed']} judge or patient call(s) failed; rerun the same "
+                          f"command to do them again (the generations are kept in {raw})")
         elif r["score"] is None:
-            out.append(f"{name} step {r['step']}: no score (see {raw}/step_{r['step']:06d}.jsonl)")
-        out += [f"{name} step {r['step']}: {w}" for w in r.get("warnings", [])]
-    return out
+            errors.append(f"{name} step {r['step']}: no score (see {raw}/step_{r['step']:06d}.jsonl)")
+        warnings += [f"{name} step {r['step']}: {w}" for w in r.get("warnings", [])]
+    return errors, warnings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,10 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing to do: every selected checkpoint is already complete in {summary}")
         return 0
     Console().print(results_table(results_name(args), rows))
-    bad = problems(args, rows)
-    for line in bad:
+    errors, warnings = problems(args, rows)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    for line in errors:
         print(f"error: {line}", file=sys.stderr)
-    return 1 if bad else 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

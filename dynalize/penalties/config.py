@@ -123,10 +123,17 @@ class PenaltiesConfig(_Section):
     """Rollouts sampled from each of those groups."""
     view_steps: int = Field(1, ge=1)
     """The proposer reads the samples of this many latest batches, pooled (1: the proposal step's batch)."""
-    finish_timeout: float = Field(600.0, ge=0)
+    sync: bool = False
+    """Each proposal lands before the next step is scored: that step waits for the proposal the
+    step before started (it costs the proposer's latency there) and applies its result, so when a
+    penalty enters no longer depends on how fast the proposer ran (reproducible runs, tests).
+    False (the default): training never waits for the proposer."""
+    finish_timeout: float = Field(0.0, ge=0)
     """At the end of a run, wait this many seconds for a proposal still running (its result goes
-    into the last checkpoint); then cancel it, counted in `proposer/cancelled` (a resumed run
-    proposes it again)."""
+    into the last checkpoint); then cancel it, counted in `proposer/cancelled`, and keep its view
+    in the last checkpoint: a resumed or extended run proposes it again first, as after a crash.
+    0 (the default): the end of a run never waits for a proposal that can no longer change its
+    training."""
     proposer: ProposerConfig = ProposerConfig()
     """Who proposes penalties."""
     judge: JudgeConfig = JudgeConfig()

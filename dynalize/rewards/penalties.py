@@ -5,13 +5,14 @@ keep the penalty buffer up to date.
 next batch on; accepted proposals queue, one enters per step), judges every policy reply against
 all active penalties in one pass, and retires penalties that nothing triggered, or whose regex
 the judge set aside (`unusable_regex`). `observe` keeps the view of the scored batch and, every
-`every` steps, starts a proposal in the background: training never waits for it, only one runs
-at a time, and it sees the queued proposals as active penalties. `finish` (the run's end) waits
-for one in flight, up to `finish_timeout`; a cancelled or checkpointed one is proposed again on
-resume. The
-proposer reads the last `view_steps` batches (pooled), each sample with its reward before
-penalties and that reward's advantage sign, plus a sample of the run's first batch as a
-reference for what the untrained policy wrote.
+`every` steps, starts a proposal in the background: training never waits for it (with `sync`,
+the next step's score does), only one runs at a time, and it sees the queued proposals as active
+penalties. `finish` (the run's end) cancels one in flight (after up to `finish_timeout`, 0 by
+default: the end of a run does not wait for a proposal that can no longer change its training);
+a cancelled or checkpointed one is proposed again first on resume, so extending a finished run
+completes it as a resume after a crash does. The proposer reads the last `view_steps` batches
+(pooled), each sample with its reward before penalties and that reward's advantage sign, plus a
+sample of the run's first batch as a reference for what the untrained policy wrote.
 
 Failures are never silent: a verdict the judge failed to give marks its rollout `unscored` (its
 group is left out of the update, docs/reliability.md), every failure is counted (`judge/…`,
@@ -80,7 +81,10 @@ class PenaltyTerm(RewardTerm):
     # --- the term ---------------------------------------------------------------------------------
 
     async def score(self, batch: Batch) -> TermScores:
-        """Apply a finished proposal, judge every reply, retire what nothing triggered."""
+        """Apply a finished proposal, judge every reply, retire what nothing triggered. With
+        `sync`, first wait for the proposal in flight."""
+        if self.cfg.sync and self.in_flight and self._done is not None:
+            await self._done.wait()
         self._apply_pending(batch.step)
         rollouts = batch.rollouts
         active = self.buffer.active()
@@ -134,6 +138,8 @@ class PenaltyTerm(RewardTerm):
         self.recent.append(latest)
         if batch.step % self.cfg.every and self._restart is None:
             return
+        if self._proposer_gave_up():  # the run stops at this step's end: no proposal after the last allowed
+            return
         if self.in_flight:
             self._count("proposer/skipped_in_flight")
             log.info("proposer.skipped", step=batch.step, reason="previous proposal still running")
@@ -153,9 +159,9 @@ class PenaltyTerm(RewardTerm):
         task_group.start_soon(self._propose, view)
 
     async def finish(self) -> None:
-        """The run ends: wait up to `finish_timeout` seconds for a proposal in flight (its result
-        is queued, so the last checkpoint keeps it); past that, cancel it (counted) and keep its
-        view, so a resumed run proposes it again."""
+        """The run ends: wait up to `finish_timeout` seconds (default 0) for a proposal in flight
+        (a result is queued, so the last checkpoint keeps it); then cancel it (counted) and keep
+        its view, so a resumed or extended run proposes it again."""
         if not self.in_flight or self._done is None:
             return
         with anyio.move_on_after(self.cfg.finish_timeout):
@@ -185,11 +191,18 @@ class PenaltyTerm(RewardTerm):
         judge = self.judge.window.stop_reason("penalties.judge.max_failure_rate", self.judge.last_error)
         if judge:
             return judge
-        if p.max_failed_proposals is not None and self._proposals_failed_in_a_row >= p.max_failed_proposals:
+        if self._proposer_gave_up():
             return (f"the proposer failed its last {self._proposals_failed_in_a_row} proposals "
                     f"(penalties.proposer.max_failed_proposals={p.max_failed_proposals}); "
                     f"last error: {self._proposer_error}")
         return None
+
+    def _proposer_gave_up(self) -> bool:
+        """`max_failed_proposals` proposals in a row failed. The rule is exact: no proposal starts
+        after the one whose failure reached the limit, so the run stops with exactly that many,
+        however fast the background proposer runs against the steps."""
+        limit = self.cfg.proposer.max_failed_proposals
+        return limit is not None and self._proposals_failed_in_a_row >= limit
 
     def state_dict(self) -> dict[str, Any]:
         """Buffer, running totals, the kept views, the accepted proposals not applied yet, and the

@@ -135,7 +135,7 @@ class RubricTerm(RewardTerm):
             decided_replies += [(req.criteria, [v]) for v in decided]
             weights = None
             if self.reweighter is not None and decided:
-                weights = self.reweighter.weights(g[0].prompt_id, criteria, decided)
+                weights = self.reweighter.weights(g[0].prompt_id, criteria, decided, mask.kept)
                 human = sum(c.weight for c in criteria if c.weight > 0)
                 shifts.append(sum(abs(weights[c.id] - c.weight) for c in criteria if c.weight > 0) / (2 * human))
             for js in per_rollout:

@@ -87,6 +87,7 @@ class RMTrainConfig(Settings):
     """Tokens of one RM input at most (cut as the `hf` engine cuts: raw text from the right, a chat from the left)."""
     weight_decay: float = Field(0.0, ge=0)
     warmup_ratio: float = Field(0.03, ge=0, le=1)
+    """Share of the optimizer steps over which the learning rate warms up linearly (1.0: all of them)."""
     lr_scheduler: str = "linear"
     """A transformers scheduler name (`linear`, `cosine`, `constant`, ...)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
