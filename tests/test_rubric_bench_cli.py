@@ -108,7 +108,7 @@ def test_heldout_grades_a_rubric_runs_saved_replies_without_a_policy(tmp_path, c
             {"prompt_id": "other", "prompt": [{"role": "user", "content": "?"}], "replies": ["x"]}]
     (run / "rollouts" / "eval_000004.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with ChatServer(hb_reply) as server:
-        assert eval_cli.main(args(run, "healthbench", server.url, "--heldout")) == 1  # a prompt not graded: said
+        assert eval_cli.main(args(run, "healthbench", server.url, "--heldout")) == 1  # a prompt not graded: an error
         bodies = server.calls()
     assert "1 held-out prompts of the run are not in the data file" in capsys.readouterr().err
     row = json.loads((run / "eval" / "healthbench_heldout.jsonl").read_text())

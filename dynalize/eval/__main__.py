@@ -11,8 +11,8 @@ e.g. '{"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "jud
 
 Exit status: 0 when every checkpoint evaluated now is complete and scored (warnings, such as judge
 replies that named no criterion or ResearchQA items skipped as the official code skips them, are
-printed and change nothing); 1 when one has failed judge (or patient) calls, or no score; 2 for bad
-input or an endpoint that does not answer.
+printed and change nothing); 1 when one has failed judge (or patient) calls, no score, or (with
+--heldout) held-out prompts the data file lacks; 2 for bad input or an endpoint that does not answer.
 """
 
 from __future__ import annotations
@@ -208,6 +208,9 @@ def problems(args: argparse.Namespace, rows: list[dict[str, Any]]) -> tuple[list
                           f"command to do them again (the generations are kept in {raw})")
         elif r["score"] is None:
             errors.append(f"{name} step {r['step']}: no score (see {raw}/step_{r['step']:06d}.jsonl)")
+        if (r.get("counts") or {}).get("not_in_data"):
+            errors.append(f"{name} step {r['step']}: {r['counts']['not_in_data']} held-out prompt(s) of the run "
+                          f"are not in --data and were not graded: the score covers the others only")
         warnings += [f"{name} step {r['step']}: {w}" for w in r.get("warnings", [])]
     return errors, warnings
 

@@ -156,7 +156,8 @@ async def run_researchqa(policy: PolicySampler | None, judge: ChatModel, items: 
             for rec in pending:
                 tg.start_soon(one, rec)
     result = summarize(records, s)
-    if unknown:
+    if unknown:  # the run's held-out set is not all measured: an error of the row, not a warning
+        result.counts["not_in_data"] = len(unknown)
         result.warnings.append(f"{len(unknown)} held-out prompts of the run are not in the data file and were not "
                                f"graded (e.g. {unknown[0]!r})")
     return result
