@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -73,7 +72,7 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox_table import launch, ms, run_jobs, table, verdict  # noqa: E402  (same folder)
 
-from rubric_plots import plots  # noqa: E402  (same folder)
+from rubric_plots import mean, plots  # noqa: E402  (same folder)
 
 from dynalize.analysis import frontier  # noqa: E402
 from dynalize.analysis.rubrics import rubric_run  # noqa: E402
@@ -185,11 +184,6 @@ def read_run(run_dir: Path, window: tuple[int, int]) -> dict[str, Any]:
             "gap_end": r.end["gap"], "overclaim_end": r.end["overclaim"], "end_steps": [r.end_steps[0], r.end_steps[-1]],
             "window": {k: w[k] for k in ("gold", "proxy", "gap", "overclaim")},
             "criteria_end": r.criteria_end, "criteria_first": r.criteria_first, **r.train}
-
-
-def mean(values: list[float]) -> float:
-    values = [v for v in values if v is not None and v == v]
-    return statistics.fmean(values) if values else float("nan")
 
 
 # --- the report ---------------------------------------------------------------------------------

@@ -69,5 +69,6 @@ def test_sentences_table_and_reading_come_from_the_numbers(tmp_path):
     assert len(body) == 6 and body[0][-1] == next(x for x in results).verdict
     assert "only slower" in reading(results, ["slow"])
     assert "better" in reading(results, ["slow", "above"]) and "above" in reading(results, ["slow", "above"])
+    assert "worse" in reading(results, ["slow", "below"]) and "only slower" not in reading(results, ["below"])
     assert reading(results, ["missing"]).startswith("No reading")
     assert plot(ARMS, tmp_path / "frontier.png").stat().st_size > 1000

@@ -141,8 +141,12 @@ def reading(results: Sequence[Frontier], dropout_arms: Sequence[str]) -> str:
     if above:
         return (f"At matched overclaim, {', '.join(above)} lie above the fixed rubric's frontier: "
                 f"better, not only slower ({len(above)} of {len(at)} dropout arms).")
-    return (f"At matched overclaim, every dropout arm ({len(at)}) lies on or below the fixed rubric's frontier: "
-            f"its gain at matched checkpoints is a delay (only slower), not a better trade-off.")
+    below = [f.arm for f in at if f.verdict == "below"]
+    if below:
+        return (f"At matched overclaim, {', '.join(below)} lie below the fixed rubric's frontier (a worse trade-off) "
+                f"and none above ({len(below)} of {len(at)} dropout arms below).")
+    return (f"At matched overclaim, every dropout arm ({len(at)}) lies on the fixed rubric's frontier: whatever it "
+            f"gains at matched checkpoints is a delay (only slower), not a better trade-off.")
 
 
 def plot(arms: Mapping[str, Sequence[Run]], path: Path, labels: Mapping[str, str] | None = None,

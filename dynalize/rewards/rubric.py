@@ -9,7 +9,8 @@ HealthBench's formula over the kept criteria, with human or reweighted weights. 
 is the mean over its policy replies (one when single-turn). From the same verdicts it logs the
 in-domain *full-rubric* reward (`rubric/full`, human weights, nothing dropped) next to the masked
 one (`rubric/masked`), and the mask statistics (`rubric/f`, `rubric/kept_frac`,
-`rubric/floor_binds`).
+`rubric/floor_binds`). The noise control (`rubric.noise.f`, `rubrics.noise`) adds dropout's variance
+to each rollout's reward as zero-mean noise instead (`rubric/noise_std`, `rubric_noise`).
 
 At each held-out evaluation (`evaluate`) the term grades the replies on their full rubrics with
 the training (proxy) judge and the gold judge (`rubrics.protocol`), and re-grades a fixed set of
