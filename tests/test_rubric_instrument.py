@@ -57,3 +57,31 @@ def test_the_paced_world_changes_only_the_pace():
     assert paced.pop("steps") > fast.pop("steps")
     assert paced["trainer"].pop("lr") < fast["trainer"].pop("lr")
     assert paced == fast
+
+
+@pytest.mark.slow
+def test_one_command_runs_every_arm_and_prints_the_frontier_and_its_verdict(tmp_path):
+    """The pipeline end to end, tiny: 2 arms x 2 seeds x 2 steps of the paced world."""
+    import json
+    import os
+    import subprocess
+
+    from dynalize.analysis.frontier import frontiers
+
+    out = tmp_path / "t"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "rubric_table.py"), "--world", "paced", "--arms", "fixed,noise0.5",
+           "--seeds", "0", "1", "--steps", "2", "--out", str(out), "batch_size=16", "eval_every=2", "eval_samples=1",
+           "task.args.n_eval_topics=4", "rubric.eval_anchors=2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "### 8. The frontier" in done.stdout and "**Reading.**" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert [f["arm"] for f in summary["frontier"]] == ["noise_0.5", "noise_0.5"]
+    runs = summary["runs"]
+    again = frontiers({a: [runs[f"{a}_s{s}"] for s in (0, 1)] for a in ("base", "noise_0.5")}, "base")
+    assert [f.verdict for f in again] == [f["verdict"] for f in summary["frontier"]]
+    assert all(f"| {f.verdict}" in done.stdout for f in again)
+    assert (out / "plots" / "frontier.png").is_file()
+    metrics = [json.loads(line) for line in (out / "noise_0.5_s0" / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["rubric/noise_std"] > 0 and m["rubric/f"] == 0 for m in metrics)
