@@ -7,8 +7,8 @@
 
 Runs the world's config (`--world fast`: configs/rubric_world.yaml, 100 steps at lr 3e-4, where the
 hack is complete by step 30-40; `paced`: configs/rubric_world_paced.yaml, the same world at a
-quarter of the lr over twice the steps, meant to put the fixed rubric's gold peak at 40-60 % of
-the run) once per (arm, seed) as `python -m dynalize.run` subprocesses, `--parallel` at a time,
+fifth of the lr over 150 steps, meant to put the fixed rubric's gold peak at 40-60 % of the run;
+unmeasured) once per (arm, seed) as `python -m dynalize.run` subprocesses, `--parallel` at a time,
 into `<out>/<arm>_s<seed>/`; the arms differ only in their own fields (set after the overrides):
 
     base / fixed      rubric.dropout.f=0 (fixed rubric)
