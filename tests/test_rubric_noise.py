@@ -117,3 +117,24 @@ def test_noise_fraction_must_be_a_probability_below_one():
         RubricConfig(noise={"f": 1.0})
     with pytest.raises(ValidationError):
         RubricConfig(noise={"f": -0.1})
+
+
+@pytest.mark.slow
+def test_a_resumed_noise_control_run_draws_the_same_noise_and_rewards(tmp_path):
+    """4 steps straight against 2 steps, then a resume to 4: step 3's noise and rewards are equal."""
+    from dynalize.config import load_config
+    from dynalize.run import train
+    from dynalize.runlog import read_jsonl
+
+    from test_rubric_e2e import world_overrides
+
+    config = ROOT / "configs" / "rubric_world.yaml"
+    extra = ["checkpoint_every=2", "rubric.noise.f=0.5"]
+    anyio.run(train, load_config(config, world_overrides(tmp_path, "a") + extra + ["steps=4"]), False, "test")
+    anyio.run(train, load_config(config, world_overrides(tmp_path, "b") + extra + ["steps=2"]), False, "test")
+    anyio.run(train, load_config(tmp_path / "b" / "config.yaml", ["steps=4"]), True, "test")
+    straight = read_jsonl(tmp_path / "a" / "rollouts" / "step_000003.jsonl")
+    resumed = read_jsonl(tmp_path / "b" / "rollouts" / "step_000003.jsonl")
+    assert any(r["rubric_noise"] != 0 for r in straight)
+    assert [r["rubric_noise"] for r in resumed] == pytest.approx([r["rubric_noise"] for r in straight])
+    assert [r["reward"] for r in resumed] == pytest.approx([r["reward"] for r in straight])
