@@ -1,18 +1,26 @@
-"""The rubric world: fixed-rubric GRPO against Rubric Dropout and POW3R-style reweighting, over seeds.
+"""The rubric world: fixed-rubric GRPO against Rubric Dropout, its controls and POW3R-style reweighting, over seeds.
 
-    python benchmarks/rubric_table.py [--lists default|alternative|FILE.yaml] [--steps 100]
-                                      [--seeds 0 1 2] [--parallel 2] [--out DIR] [--window LO HI]
-                                      [--arms base dropout_0.3 dropout_0.5 pow3r] [--reuse] [--no-run]
+    python benchmarks/rubric_table.py [--world fast|paced|FILE.yaml] [--lists default|alternative|FILE.yaml]
+                                      [--steps N] [--seeds 0 1 2] [--parallel 2] [--out DIR] [--window LO HI]
+                                      [--arms base,dropout_0.3,dropout_0.5,pow3r] [--reuse] [--no-run]
                                       [override ...]
 
-Runs `configs/rubric_world.yaml` once per (arm, seed) as `python -m dynalize.run` subprocesses,
-`--parallel` at a time, into `<out>/<arm>_s<seed>/`; the arms differ only in the `rubric` section:
+Runs the world's config (`--world fast`: configs/rubric_world.yaml, 100 steps at lr 3e-4, where the
+hack is complete by step 30-40; `paced`: configs/rubric_world_paced.yaml, the same world at a
+fifth of the lr over 150 steps, meant to put the fixed rubric's gold peak at 40-60 % of the run;
+unmeasured) once per (arm, seed) as `python -m dynalize.run` subprocesses, `--parallel` at a time,
+into `<out>/<arm>_s<seed>/`; the arms differ only in their own fields (set after the overrides):
 
-    base          rubric.dropout.f=0 (fixed rubric)
-    dropout_<f>   rubric.dropout.f=<f>: dropout_0.3 and dropout_0.5 by default (the f sweep:
-                  --arms base dropout_0.2 dropout_0.3 dropout_0.4 dropout_0.5 dropout_0.6)
-    pow3r         rubric.reweight.method=pow3r_port (the port the Rubric Dropout paper compared against)
-    pow3r_full    rubric.reweight.method=pow3r (EMA, one-visit lag; not in the default arms)
+    base / fixed      rubric.dropout.f=0 (fixed rubric)
+    dropout_<f>       rubric.dropout.f=<f> (the f sweep: dropout_0.2 ... dropout_0.6)
+    lr_scaled_<f>     the fixed rubric at trainer.lr × (1 − f): dropout's expected step (Observation 1)
+    annealed_<f>      dropout from f to 0 over the run (schedule linear); annealed_cosine_<f>: cosine
+    noise_<f>         the fixed rubric plus dropout's variance at f as zero-mean noise (rubric.noise.f)
+    pow3r             rubric.reweight.method=pow3r_port (the port the Rubric Dropout paper compared against)
+    pow3r_full        rubric.reweight.method=pow3r (EMA, one-visit lag; not in the default arms)
+
+The question the controls answer: is dropout better, or only slower (the lr_scaled arm), or only
+noisier (noise), or an implicit early stop (annealed)? Section 8, the frontier, says.
 
 `--lists` picks the world's rubric / evaluation rubric / flaw lists (a named set of
 dynalize/tasks/rubric_world/lists.py, or a YAML file with `rubric`, `eval_rubric`, `flaws`);
@@ -26,7 +34,8 @@ out-of-distribution set, every `eval_every` steps) and training metrics (metrics
     full-rubric reward over the last quarter of training steps, mean ± sd over seeds (End = the
     last quarter of evaluations);
   1. the world hacks: in the base arm, proxy keeps rising while gold peaks and falls, per seed
-     (proxy at End above proxy at the gold peak, the peak before End, Peak − End ≥ 0.05);
+     (proxy at End above proxy at the gold peak, the peak before End, Peak − End ≥ 0.05), and
+     where in the run the peak is (paced: 40-60 % on every seed);
   2. the matched-checkpoint table: gold per checkpoint for each arm (mean over seeds) and win
      counts against base (over seeds × checkpoints);
   3. window means over `--window` steps (gold, proxy, gap, overclaim);
@@ -36,17 +45,21 @@ out-of-distribution set, every `eval_every` steps) and training metrics (metrics
   6. gold at matched proxy: gold where each run's proxy first reaches a level (does an arm trade
      proxy for gold better, or only optimise more slowly?);
   7. the reviewers' check: gold's score of the same saved replies (the first evaluation's),
-     graded again at every evaluation interleaved with the new replies: first vs last, flips.
+     graded again at every evaluation interleaved with the new replies: first vs last, flips;
+  8. the frontier (dynalize.analysis.frontier): per arm, gold against overclaim and against proxy
+     over all checkpoints, each seed against the fixed rubric's seed at matched overclaim / proxy,
+     the mean difference with a t interval over seeds, and a verdict made from it (above / on it /
+     below), then which reading the dropout arms support.
 
 Plots go to `<out>/plots/` (proxy and gold against step, gap and overclaim against step,
-per-criterion gold at End); `summary.json` keeps every number printed, `table.md` the text.
+per-criterion gold at End, the frontier); `summary.json` keeps every number printed, `table.md` the text.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import re
 import sys
 import time
 from pathlib import Path
@@ -59,6 +72,9 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox_table import launch, ms, run_jobs, table, verdict  # noqa: E402  (same folder)
 
+from rubric_plots import mean, plots  # noqa: E402  (same folder)
+
+from dynalize.analysis import frontier  # noqa: E402
 from dynalize.analysis.rubrics import rubric_run  # noqa: E402
 from dynalize.analysis.runs import Run  # noqa: E402
 from dynalize.tasks.rubric_world import LISTS  # noqa: E402  (the benchmark may know the lists)
@@ -68,22 +84,56 @@ ARMS = {
     "pow3r": ["rubric.reweight.method=pow3r_port"],
     "pow3r_full": ["rubric.reweight.method=pow3r"],
 }
-"""Arms besides `dropout_<f>` (any f in (0, 1): rubric.dropout.f=<f>)."""
+"""Arms without a fraction; `fixed` is another name for `base`."""
 LABEL = {"base": "fixed rubric", "pow3r": "POW3R-style (port)", "pow3r_full": "POW3R-style (full)"}
+KINDS = {  # arm kind with a fraction f: (its overrides, its label)
+    "dropout": (lambda f, lr: [f"rubric.dropout.f={f}"], "dropout f={f:g}"),
+    "lr_scaled": (lambda f, lr: ["rubric.dropout.f=0.0", f"trainer.lr={lr * (1 - f):.6g}"], "fixed rubric, lr × {c:g}"),
+    "annealed": (lambda f, lr: [f"rubric.dropout.f={f}", "rubric.dropout.schedule=linear"], "dropout f={f:g} → 0"),
+    "annealed_cosine": (lambda f, lr: [f"rubric.dropout.f={f}", "rubric.dropout.schedule=cosine"],
+                        "dropout f={f:g} → 0 (cosine)"),
+    "noise": (lambda f, lr: ["rubric.dropout.f=0.0", f"rubric.noise.f={f}"], "noise control (f={f:g})"),
+}
+"""dropout_<f>: Rubric Dropout at f; lr_scaled_<f>: the fixed rubric at lr × (1 − f), dropout's expected
+step (Observation 1); annealed_<f> / annealed_cosine_<f>: dropout from f to 0 over the run;
+noise_<f>: the fixed rubric plus dropout's variance at f as noise (rubric.noise)."""
+WORLDS = {"fast": "rubric_world.yaml", "paced": "rubric_world_paced.yaml"}
 
 
-def arm_overrides(arm: str) -> list[str]:
-    """The `rubric` overrides of an arm; ValueError for an unknown one."""
-    if arm in ARMS:
-        return ARMS[arm]
-    f = float(arm.removeprefix("dropout_")) if arm.startswith("dropout_") else -1.0
-    if not 0 < f < 1:
-        raise ValueError(f"unknown arm {arm!r}: use base, pow3r, pow3r_full or dropout_<f> with 0 < f < 1")
-    LABEL.setdefault(arm, f"dropout f={f:g}")
-    return [f"rubric.dropout.f={f}"]
+def parse_arm(arm: str) -> tuple[str, float | None]:
+    """(kind, f) of an arm name: `base` / `fixed`, `pow3r`, `pow3r_full`, or `<kind>_<f>` / `<kind><f>`
+    with kind in KINDS and 0 < f < 1; ValueError for anything else."""
+    if arm in ("base", "fixed") or arm in ARMS:
+        return ("base" if arm == "fixed" else arm), None
+    m = re.fullmatch(r"([a-z_]+?)_?(0?\.[0-9]+)", arm)
+    if not m or m.group(1) not in KINDS or not 0 < float(m.group(2)) < 1:
+        raise ValueError(f"unknown arm {arm!r}: use base (fixed), pow3r, pow3r_full or "
+                         f"{' / '.join(KINDS)} followed by a fraction 0 < f < 1 (e.g. dropout_0.3, noise0.5)")
+    return m.group(1), float(m.group(2))
+
+
+def canonical(arm: str) -> str:
+    """The arm's run-directory name: `fixed` -> `base`, `dropout0.3` -> `dropout_0.3`."""
+    kind, f = parse_arm(arm)
+    return kind if f is None else f"{kind}_{f:g}"
+
+
+def arm_overrides(arm: str, lr: float = 3e-4) -> list[str]:
+    """The overrides of an arm (`lr`: the world's learning rate, which lr_scaled arms scale)."""
+    kind, f = parse_arm(arm)
+    if f is None:
+        return ARMS[kind]
+    make, label = KINDS[kind]
+    LABEL.setdefault(canonical(arm), label.format(f=f, c=1 - f))
+    return make(f, lr)
+
+
 MARGIN = 0.05
 """A 'clear' fall of gold from its peak (gold is in [0, 1])."""
+PACE = (0.4, 0.6)
+"""The paced world's aim: the fixed rubric's gold peaks in this share of the run."""
 CONFIG = ROOT / "configs" / "rubric_world.yaml"
+"""The fast world's config (`--world fast`, the default)."""
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -100,12 +150,26 @@ def load_lists(spec: str) -> tuple[str, dict[str, Any]]:
     return path.stem, {k: data[k] for k in ("rubric", "eval_rubric", "flaws") if k in data}
 
 
+def world_config(spec: str) -> Path:
+    """The config of a world: `fast`, `paced` (configs/) or a YAML file."""
+    return ROOT / "configs" / WORLDS[spec] if spec in WORLDS else Path(spec).resolve()
+
+
+def world_lr(config: Path, overrides: list[str]) -> float:
+    """The learning rate every arm runs at: a `trainer.lr=` override, else the config's."""
+    for o in reversed(overrides):
+        if o.startswith("trainer.lr="):
+            return float(o.split("=", 1)[1])
+    return float(yaml.safe_load(config.read_text(encoding="utf-8"))["trainer"]["lr"])
+
+
 def run_one(arm: str, seed: int, args: argparse.Namespace, lists: dict[str, Any]) -> dict[str, Any]:
     name = f"{arm}_s{seed}"
-    cmd = [sys.executable, "-m", "dynalize.run", "--config", str(CONFIG), f"output_dir={args.out}", f"name={name}",
-           f"seed={seed}", f"steps={args.steps}", "progress=false", *arm_overrides(arm),
-           *(f"task.args.{k}={json.dumps(v)}" for k, v in lists.items()), *args.overrides]
-    return launch(cmd, Path(args.out) / name, CONFIG, args.steps, args.reuse)
+    cmd = [sys.executable, "-m", "dynalize.run", "--config", str(args.config), f"output_dir={args.out}", f"name={name}",
+           f"seed={seed}", f"steps={args.steps}", "progress=false",
+           *(f"task.args.{k}={json.dumps(v)}" for k, v in lists.items()), *args.overrides,
+           *arm_overrides(arm, world_lr(args.config, args.overrides))]  # the arm's fields win
+    return launch(cmd, Path(args.out) / name, args.config, args.steps, args.reuse)
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -120,11 +184,6 @@ def read_run(run_dir: Path, window: tuple[int, int]) -> dict[str, Any]:
             "gap_end": r.end["gap"], "overclaim_end": r.end["overclaim"], "end_steps": [r.end_steps[0], r.end_steps[-1]],
             "window": {k: w[k] for k in ("gold", "proxy", "gap", "overclaim")},
             "criteria_end": r.criteria_end, "criteria_first": r.criteria_first, **r.train}
-
-
-def mean(values: list[float]) -> float:
-    values = [v for v in values if v is not None and v == v]
-    return statistics.fmean(values) if values else float("nan")
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -147,19 +206,24 @@ def report(res: dict[str, Any], name: str, window: tuple[int, int]) -> tuple[str
                f"training batches (proxy judge), mean of the last quarter of steps.\n")
     checks: dict[str, bool] = {}
 
-    rows, ok = [], True
+    rows, ok, paced = [], True, True
     for s in seeds:
         r = runs[f"base_s{s}"]
         margin = r["peak"] - r["end"]
         good = margin >= MARGIN and r["proxy_end"] > r["proxy_at_peak"] and r["peak_step"] < r["end_steps"][0]
         ok &= good
+        share = r["peak_step"] / r["steps"][-1] if r["steps"][-1] else float("nan")
+        paced &= PACE[0] <= share <= PACE[1]
         rows.append([s, f"{r['proxy_first']:.3f}", f"{r['proxy_at_peak']:.3f}", f"{r['proxy_end']:.3f}",
-                     f"{r['peak']:.3f} @ {r['peak_step']}", f"{r['end']:.3f}", f"{margin:+.3f}", verdict(good)])
+                     f"{r['peak']:.3f} @ {r['peak_step']}", f"{100 * share:.0f} %", f"{r['end']:.3f}",
+                     f"{margin:+.3f}", verdict(good)])
     checks["the world hacks (base)"] = ok
+    checks["paced: gold peaks at 40-60 % of the run (base)"] = paced
     out.append(f"### 1. The world hacks: {verdict(ok)} (base arm: proxy End > proxy at the gold peak, peak before "
-               f"End, gold Peak − End ≥ {MARGIN})\n")
-    out.append(table(rows, ["seed", "proxy first", "proxy @ gold peak", "proxy End", "gold Peak @ step", "gold End",
-                            "Peak − End", "ok"]))
+               f"End, gold Peak − End ≥ {MARGIN}); paced (gold peak at {100 * PACE[0]:.0f}–{100 * PACE[1]:.0f} % of "
+               f"the run on every seed): {'yes' if paced else 'no'}\n")
+    out.append(table(rows, ["seed", "proxy first", "proxy @ gold peak", "proxy End", "gold Peak @ step",
+                            "peak at % of run", "gold End", "Peak − End", "ok"]))
 
     steps = base0["steps"]
     rows = []
@@ -220,6 +284,17 @@ def report(res: dict[str, Any], name: str, window: tuple[int, int]) -> tuple[str
     out.append(f"\n### 7. Reviewers' check: the first evaluation's replies graded by gold again at every evaluation, "
                f"interleaved with the new ones: {verdict(stable)}\n")
     out.append(table(rows, ["run", "anchor gold, first", "anchor gold, last", "max flips", "gold on new replies"]))
+
+    results = frontier.frontiers({a: R(a) for a in arms}, "base")
+    res["frontier"] = frontier.summary(results)
+    out.append("\n### 8. The frontier: held-out gold against overclaim and against proxy, every checkpoint "
+               "(step > 0), each seed against the fixed rubric's seed at the same overclaim / proxy (its curve "
+               "interpolated; checkpoints outside its range left out); Δ = mean over seeds, 95 % t interval\n")
+    out.append(table(*reversed(frontier.frontier_rows(results, LABEL))))
+    out.append("")
+    out += [f"- {line}" for line in frontier.sentences(results, LABEL)]
+    dropout_arms = [a for a in arms if parse_arm(a)[0] == "dropout"]
+    out.append(f"\n**Reading.** {frontier.reading(results, dropout_arms)}")
     return "\n".join(out), checks
 
 
@@ -246,104 +321,55 @@ def matched_proxy(runs: list[dict[str, Any]], level: float) -> str:
     return ms([gold_at_proxy(r, level) for r in runs])
 
 
-# --- plots --------------------------------------------------------------------------------------
-
-def plots(res: dict[str, Any], plot_dir: Path, name: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plot_dir.mkdir(parents=True, exist_ok=True)
-    seeds, arms, runs = res["seeds"], res["arms"], res["runs"]
-    palette = ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive"]
-    colors = dict(zip(arms, palette * 2))
-    written = []
-
-    def panel(ax, key: str, title: str) -> None:
-        for a in arms:
-            curves = [runs[f"{a}_s{s}"][key] for s in seeds]
-            x = runs[f"{a}_s{seeds[0]}"]["steps"]
-            n = min(map(len, curves))
-            for c in curves:
-                ax.plot(x[:len(c)], c, color=colors[a], alpha=0.2, lw=0.8)
-            ax.plot(x[:n], [mean([c[i] for c in curves]) for i in range(n)], color=colors[a], lw=2, label=LABEL[a])
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    panel(axes[0], "proxy", "held-out proxy score (training judge)")
-    panel(axes[1], "gold", "held-out gold score")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"Rubric world, lists '{name}' (thin: seeds; thick: mean)")
-    fig.tight_layout()
-    written.append(plot_dir / "proxy_gold.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    panel(axes[0], "gap", "proxy − gold")
-    panel(axes[1], "overclaim", "overclaim: proxy-met criteria gold marks unmet")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    written.append(plot_dir / "gap_overclaim.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-
-    crit = list(runs[f"base_s{seeds[0]}"]["criteria_end"])
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.75 * len(crit) + 2), 4))
-    width = 0.8 / len(arms)
-    for i, a in enumerate(arms):
-        ys = [mean([runs[f"{a}_s{s}"]["criteria_end"][c][1] for s in seeds]) for c in crit]
-        ax.bar([k + i * width for k in range(len(crit))], ys, width, color=colors[a], label=LABEL[a])
-    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(crit))])
-    ax.set_xticklabels(crit, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("gold met rate at End")
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    written.append(plot_dir / "criteria_end.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
-    return written
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lists", default="default", help="default, alternative, or a YAML/JSON file")
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--world", default="fast", help="fast (configs/rubric_world.yaml), paced "
+                    "(configs/rubric_world_paced.yaml) or a config file")
+    ap.add_argument("--steps", type=int, default=None, help="default: the world config's")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seed values (e.g. 0 1 2)")
     ap.add_argument("--arms", nargs="+", default=["base", "dropout_0.3", "dropout_0.5", "pow3r"],
-                    help="base, dropout_<f> (e.g. dropout_0.2 ... dropout_0.6 for the f sweep), pow3r, pow3r_full")
+                    help="space- or comma-separated: base (or fixed), dropout_<f>, lr_scaled_<f>, annealed_<f>, "
+                         "annealed_cosine_<f>, noise_<f>, pow3r, pow3r_full (the _ is optional: dropout0.3)")
     ap.add_argument("--parallel", type=int, default=2, help="runs at once (each uses torch_threads threads)")
-    ap.add_argument("--window", nargs=2, type=int, default=[50, 100], metavar=("LO", "HI"))
-    ap.add_argument("--out", default=None, help="runs and plots go here (default runs/rubric_table_<lists>)")
+    ap.add_argument("--window", nargs=2, type=int, default=None, metavar=("LO", "HI"),
+                    help="default: the second half of the run")
+    ap.add_argument("--out", default=None,
+                    help="runs and plots go here (default runs/rubric_table_<lists>, _<world> for other worlds)")
     ap.add_argument("--reuse", action="store_true", help="keep finished runs made with the same command")
     ap.add_argument("--no-run", action="store_true", help="only analyse the runs already in --out")
     ap.add_argument("overrides", nargs="*", help="dotted overrides for every arm, e.g. trainer.lr=2e-4")
     args = ap.parse_args(argv)
-    if "base" not in args.arms:
-        ap.error("--arms must include base (everything is compared with it)")
+    args.config = world_config(args.world)
+    if not args.config.is_file():
+        ap.error(f"--world {args.world}: no such config ({args.config})")
     try:
+        args.arms = list(dict.fromkeys(canonical(a) for spec in args.arms for a in spec.split(",") if a))
         for arm in args.arms:
-            arm_overrides(arm)
-    except ValueError as e:
+            arm_overrides(arm, world_lr(args.config, args.overrides))
+    except (ValueError, KeyError, TypeError) as e:
         ap.error(str(e))
+    if "base" not in args.arms:
+        ap.error("--arms must include base (or fixed): everything is compared with it")
+    args.steps = args.steps or int(yaml.safe_load(args.config.read_text(encoding="utf-8"))["steps"])
     name, lists = load_lists(args.lists)
-    args.out = str(Path(args.out or ROOT / "runs" / f"rubric_table_{name}").resolve())
+    suffix = "" if args.world == "fast" else f"_{args.config.stem.removeprefix('rubric_world_')}"
+    args.out = str(Path(args.out or ROOT / "runs" / f"rubric_table_{name}{suffix}").resolve())
     Path(args.out).mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if not args.no_run:
         run_jobs([(a, s) for s in args.seeds for a in args.arms], lambda a, s: run_one(a, s, args, lists),
                  args.parallel)
-    window = (args.window[0], args.window[1])
-    res = {"seeds": args.seeds, "arms": args.arms, "lists": name,
+    window = (args.window[0], args.window[1]) if args.window else (args.steps // 2, args.steps)
+    res = {"seeds": args.seeds, "arms": args.arms, "lists": name, "world": str(args.config),
            "runs": {f"{a}_s{s}": read_run(Path(args.out) / f"{a}_s{s}", window) for a in args.arms for s in args.seeds}}
     text, checks = report(res, name, window)
     print(text)
     print(f"\n(wall time of this invocation: {(time.perf_counter() - t0) / 60:.1f} min; runs in {args.out})")
-    written = plots(res, Path(args.out) / "plots", name)
+    written = plots(res, Path(args.out) / "plots", name, LABEL)
+    written.append(frontier.plot({LABEL[a]: [res["runs"][f"{a}_s{s}"] for s in args.seeds] for a in args.arms},
+                                 Path(args.out) / "plots" / "frontier.png",
+                                 title=f"Rubric world, lists '{name}', world '{args.world}': gold frontier per seed"))
     print("plots: " + ", ".join(str(p) for p in written))
     res["checks"] = checks
     (Path(args.out) / "summary.json").write_text(json.dumps(res, indent=1, default=str))

@@ -9,7 +9,8 @@ HealthBench's formula over the kept criteria, with human or reweighted weights. 
 is the mean over its policy replies (one when single-turn). From the same verdicts it logs the
 in-domain *full-rubric* reward (`rubric/full`, human weights, nothing dropped) next to the masked
 one (`rubric/masked`), and the mask statistics (`rubric/f`, `rubric/kept_frac`,
-`rubric/floor_binds`).
+`rubric/floor_binds`). The noise control (`rubric.noise.f`, `rubrics.noise`) adds dropout's variance
+to each rollout's reward as zero-mean noise instead (`rubric/noise_std`, `rubric_noise`).
 
 At each held-out evaluation (`evaluate`) the term grades the replies on their full rubrics with
 the training (proxy) judge and the gold judge (`rubrics.protocol`), and re-grades a fixed set of
@@ -31,6 +32,7 @@ from ..judge.judge import Judge, Judgement
 from ..rubrics.config import ReweightConfig, RubricConfig
 from ..rubrics.criteria import Criterion, benchmark_score, rubric_from_meta, rubric_score
 from ..rubrics.dropout import DropoutSpec, Mask, anneal_factor, fraction_at, full_mask, keep_mask
+from ..rubrics.noise import dropout_std, group_noise
 from ..rubrics.protocol import Graded, measure, met_rates
 from ..rubrics.reweight import Pow3rReweighter, PortReweighter, Reweighter
 from ..types import Batch, Message, Rollout
@@ -100,6 +102,7 @@ class RubricTerm(RewardTerm):
         """The reviewers' check: early eval replies with their first gold verdicts, re-graded at every evaluation."""
         self.totals: dict[str, float] = {}
         self._step: dict[str, float] = {}
+        self._noise_stds: list[float] = []
 
     # --- training ---------------------------------------------------------------------------------
 
@@ -138,7 +141,8 @@ class RubricTerm(RewardTerm):
                 weights = self.reweighter.weights(g[0].prompt_id, criteria, decided, mask.kept)
                 human = sum(c.weight for c in criteria if c.weight > 0)
                 shifts.append(sum(abs(weights[c.id] - c.weight) for c in criteria if c.weight > 0) / (2 * human))
-            for js in per_rollout:
+            noise = self._noise(g[0].prompt_id, batch.step, criteria, per_rollout, weights)
+            for js, eps in zip(per_rollout, noise):
                 failed = set().union(*(j.failed for j in js)) if js else set()
                 masked = statistics.fmean(rubric_score(criteria, j.verdicts, mask.kept, weights) for j in js)
                 full = None
@@ -147,20 +151,35 @@ class RubricTerm(RewardTerm):
                     full_scores.append(full)
                 if not failed & mask.kept:
                     masked_scores.append(masked)
-                values.append(self.cfg.coef * masked)
+                values.append(self.cfg.coef * (masked + eps))
                 unscored.append(bool(failed & mask.kept))  # a kept verdict failed: the reward is unknown
                 info.append({"rubric_verdicts": [j.verdicts for j in js],
                              "rubric_dropped": sorted(c.id for c in criteria if c.id not in mask.kept),
-                             "rubric_score": masked, "rubric_full": full, "rubric_failed": sorted(failed)})
+                             "rubric_score": masked, "rubric_full": full, "rubric_failed": sorted(failed),
+                             **({"rubric_noise": eps} if self.cfg.noise.f > 0 else {})})
         assert len(values) == len(rollouts)
         self._record(batch.step, masks, rubrics, masked_scores, full_scores, shifts, asked_n, failed_n,
                      decided_replies)
         return TermScores(values, info, unscored=unscored)
 
+    def _noise(self, instance_id: str, step: int, criteria: list[Criterion], per_rollout: list[list[Judgement]],
+               weights: dict[str, float] | None) -> list[float]:
+        """The noise control (`rubric.noise`, rubrics/noise.py): per rollout of one group, dropout's
+        variance at `noise.f` as zero-mean noise (0 everywhere when off); logs `rubric/noise_std`."""
+        if self.cfg.noise.f <= 0:
+            return [0.0] * len(per_rollout)
+        verdicts = [None if not js or any(j.failed for j in js) else [j.verdicts for j in js] for js in per_rollout]
+        stds = dropout_std(criteria, verdicts, self.cfg.noise.f, weights)
+        self._noise_stds += stds
+        return group_noise(instance_id, step, stds)
+
     def _record(self, step: int, masks: list[Mask], rubrics: list[list[Criterion]], masked: list[float],
                 full: list[float], shifts: list[float], asked: int, failed: int,
                 decided: list[tuple[list[Criterion], list[dict[str, bool]]]]) -> None:
         s = self._step
+        if self._noise_stds:
+            s["rubric/noise_std"] = statistics.fmean(self._noise_stds)
+            self._noise_stds = []
         s["rubric/f"] = fraction_at(self.spec.f, step, self.cfg.dropout.schedule, self.anneal_steps)
         if masks:
             s["rubric/kept_frac"] = statistics.fmean(m.kept_fraction for m in masks)

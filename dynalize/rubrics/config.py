@@ -57,6 +57,16 @@ class DropoutConfig(_Section):
         return self.f > 0 or any(self.tag_rates.values()) or any(self.id_rates.values())
 
 
+class NoiseConfig(_Section):
+    """The noise control for Rubric Dropout (dynalize/rubrics/noise.py): the fixed rubric's reward plus
+    zero-mean Gaussian noise with the variance dropout at `f` would inject (Observation 1)."""
+
+    f: float = Field(0.0, ge=0, lt=1)
+    """The dropout fraction whose variance is injected: rollout i's reward gets noise of variance
+    f(1 − f) Σ_{w_k>0} w_k² δ_ik² / W² (δ_ik its verdict on k minus the group's mean, W the positive
+    weight total), drawn from SHA256("noise", instance id, step). 0 = off. Logged: `rubric/noise_std`."""
+
+
 class ReweightConfig(_Section):
     """POW3R-style criterion weights for the training reward: the paper's port or the fuller form."""
 
@@ -120,6 +130,9 @@ class RubricConfig(_Section):
     """Rubric Dropout."""
     reweight: ReweightConfig = ReweightConfig()
     """POW3R-style criterion reweighting."""
+    noise: NoiseConfig = NoiseConfig()
+    """The noise control: dropout's variance added to the reward instead of a mask (a control arm
+    for "is dropout better than noise?"; usually with `dropout.f: 0`)."""
     judge: RubricJudgeConfig = RubricJudgeConfig()
     """The training judge: the *proxy* of the measurement protocol."""
     judge_dropped: bool = True
