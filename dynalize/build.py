@@ -155,14 +155,21 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
     p, j = cfg.proposer, cfg.judge
     if p.engine == "llm":
         assert p.chat is not None
-        dedup = chat_factory(p.dedup_chat) if p.dedup_chat else None
-        proposer: Any = LLMProposer(chat_factory(p.chat), p, dedup, require_regex=j.engine == "regex")
+        dedup = labelled(chat_factory(p.dedup_chat), "dedup") if p.dedup_chat else None
+        chat = labelled(chat_factory(p.chat), "proposer")
+        proposer: Any = LLMProposer(chat, p, dedup, require_regex=j.engine == "regex")
     else:
         proposer = LexicalProposer(p.lexical)
     judge: Judge = RegexJudge()
     if j.engine == "llm":
-        judge = Judge(judge_chat(j, chat_factory), j, domain=domain)
+        judge = Judge(judge_chat(j, chat_factory), j, domain=domain, role="penalty judge")
     return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
+
+
+def labelled(chat: ChatModel, role: str) -> ChatModel:
+    """`chat`, its warnings naming `role` (the proposer, dedup, ...)."""
+    chat.label = role
+    return chat
 
 
 def judge_chat(j: JudgeConfig, chat_factory=build_chat_model) -> ChatModel:
@@ -174,7 +181,7 @@ def judge_chat(j: JudgeConfig, chat_factory=build_chat_model) -> ChatModel:
 
 
 def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: bool = True,
-                         chat_factory=build_chat_model) -> Judge:
+                         chat_factory=build_chat_model, role: str = "proxy judge") -> Judge:
     """A judge of rubric criteria: local (regexes, then `predicate`) or an LLM, with the rubric or
     the penalty prompt. `cache=False`: every verdict is asked anew (the gold judge)."""
     if not cache:
@@ -182,7 +189,7 @@ def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: boo
     predicate = import_object(cfg.predicate, "rubric judge predicate") if cfg.predicate else None
     chat = judge_chat(cfg, chat_factory) if cfg.engine == "llm" else None
     prompt = RUBRIC_PROMPT if cfg.prompt == "rubric" else PENALTY_PROMPT
-    return Judge(chat, cfg, domain=domain, predicate=predicate, prompt=prompt)
+    return Judge(chat, cfg, domain=domain, predicate=predicate, prompt=prompt, role=role)
 
 
 def check_rubrics(cfg: RunConfig, task: Task) -> None:
@@ -218,7 +225,8 @@ def build_rubric_term(cfg: RunConfig, task: Task, chat_factory=build_chat_model)
     judge = build_criteria_judge(r.judge, domain=task.description, chat_factory=chat_factory)
     gold = None
     if r.gold_judge is not None:
-        gold = build_criteria_judge(r.gold_judge, domain=task.description, cache=False, chat_factory=chat_factory)
+        gold = build_criteria_judge(r.gold_judge, domain=task.description, cache=False, chat_factory=chat_factory,
+                                    role="gold judge")
     return RubricTerm(r, judge, gold, steps=cfg.steps)
 
 

@@ -7,7 +7,9 @@ demo, dynalize/assets/default.yaml (the sandbox task with Dynalize on, a few min
 
 Exit codes: 0 done; 2 bad input (one line: a config, a task, a run directory already in use, a
 resume that would change what the run is, no intact checkpoint); 3 the run stopped itself (one
-line, e.g. a judge that keeps failing; a checkpoint was written, `--resume` continues); 130
+line, e.g. a judge that keeps failing; a checkpoint was written, `--resume` continues); 4 the run
+finished but a held-out measurement is incomplete (the last line names the judge and how many
+replies it failed on; `python -m dynalize.eval --run RUN --bench rubric` grades them again); 130
 interrupted.
 """
 
@@ -34,6 +36,7 @@ from .checkpoint import resume_from
 from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config, resume_conflict
 from .errors import RunStopped
 from .hooks import HookError
+from .rubrics.protocol import missing_verdicts
 from .runlog import RunDir, read_jsonl
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
@@ -195,7 +198,19 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     return history
 
 
-def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
+def incomplete_measurements(run_dir: Path) -> list[str]:
+    """What the run's held-out evaluations miss (a judge's failed verdicts), one line per judge;
+    evaluations re-graded complete since (eval/rubric.jsonl) are not missing."""
+    run = RunDir(run_dir)
+    if not run.eval_path.exists():
+        return []
+    regraded_path = run.eval_path.parent / "rubric.jsonl"
+    regraded = {r.get("step"): bool(r.get("complete")) for r in read_jsonl(regraded_path)} \
+        if regraded_path.exists() else {}
+    return missing_verdicts(read_jsonl(run.eval_path), regraded)
+
+
+def summary_table(cfg: RunConfig, history: list[dict[str, Any]], missing: list[str] | None = None) -> Table:
     t = Table(title=f"dynalize run {cfg.name!r}  ({cfg.run_dir})")
     t.add_column("metric")
     t.add_column("first", justify="right")
@@ -218,6 +233,8 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
         if of in last:
             n, total = int(last[failed]), int(last[of])
             t.add_row(f"{what} (total)", "", f"{n} of {total} ({n / total:.1%})" if total else "0 of 0")
+    if any("eval/rubric/replies" in h for h in history) or missing:
+        t.add_row("held-out measurement", "", "INCOMPLETE: " + "; ".join(missing) if missing else "complete")
     t.add_row("rollouts/s (mean)", "", f"{statistics.fmean(h['rollouts_per_s'] for h in history):.1f}")
     t.add_row("step time s (mean)", "", f"{statistics.fmean(h['time/step'] for h in history):.2f} × {steps}")
     return t
@@ -256,8 +273,13 @@ def main(argv: list[str] | None = None) -> int:
                   sep="\n", end="", file=sys.stderr)
             return 1
         raise
+    missing = incomplete_measurements(cfg.run_dir)
     if history:
-        Console().print(summary_table(cfg, history))
+        Console().print(summary_table(cfg, history, missing))
+    if missing:
+        print(f"incomplete: the run finished but its held-out measurement is not: {'; '.join(missing)}; grade "
+              f"them again with python -m dynalize.eval --run {cfg.run_dir} --bench rubric", file=sys.stderr)
+        return 4
     return 0
 
 

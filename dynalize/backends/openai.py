@@ -217,7 +217,7 @@ class OpenAIChatModel(ChatModel):
 
     def _log_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.warning("openai.retry", model=self.model, attempt=state.attempt_number,
+        log.warning("openai.retry", role=self.label, model=self.model, attempt=state.attempt_number,
                     of=self.max_retries + 1, reason=str(exc),
                     wait_s=round(state.next_action.sleep, 3) if state.next_action else None)
 

@@ -209,30 +209,39 @@ class RubricTerm(RewardTerm):
             elif self.cfg.eval_anchors:
                 out.update(self._choose_anchors(singles, gold))
             self.gold.stats.reset()
+        golds: list[Judgement | None] = list(gold) if gold is not None else [None] * len(proxy)
         graded = [Graded(s.criteria, p.verdicts, (g or p).verdicts, p.failed | (g.failed if g else set()))
-                  for s, p, g in zip(singles, proxy, gold or [None] * len(proxy))]
+                  for s, p, g in zip(singles, proxy, golds)]
+        out["rubric/unscored_proxy"] = float(sum(bool(p.failed) for p in proxy))  # which judge left a reply
+        if gold is not None:                                                     # unscored (run.py's exit 4)
+            out["rubric/unscored_gold"] = float(sum(bool(g.failed) for g in gold))
         if gold is None:  # proxy only
             m = measure(graded, self.cfg.per_criterion_limit)
             out.update({f"rubric/{k}": v for k, v in m.items() if k in ("replies", "unscored", "proxy", "proxy_raw")
                         or k.startswith("proxy_met/")})
         else:
             out.update({f"rubric/{k}": v for k, v in measure(graded, self.cfg.per_criterion_limit).items()})
-        self._record_eval(batch, singles, graded, gold is not None)
+        self._record_eval(batch, singles, graded, proxy, gold)
         return out
 
-    def _record_eval(self, batch: Batch, singles: list["_Request"], graded: list[Graded], with_gold: bool) -> None:
-        """Each eval rollout's verdicts and scores, one entry per reply, into its `info`."""
-        per: dict[tuple[int, int], list[Graded]] = {}
-        for s, g in zip(singles, graded):
-            per.setdefault(s.owners[0], []).append(g)
+    def _record_eval(self, batch: Batch, singles: list["_Request"], graded: list[Graded], proxy: list[Judgement],
+                     gold: list[Judgement] | None) -> None:
+        """Each eval rollout's verdicts and scores, one entry per reply, into its `info`, with the
+        ids each judge failed to decide and the rubric itself (what `eval --bench rubric` re-grades)."""
+        per: dict[tuple[int, int], list[tuple[Graded, Judgement, Judgement | None]]] = {}
+        for k, (s, g) in enumerate(zip(singles, graded)):
+            per.setdefault(s.owners[0], []).append((g, proxy[k], gold[k] if gold is not None else None))
         for gi, group in enumerate(batch.groups):
             for i, r in enumerate(group):
                 gs = per.get((gi, i), [])
-                r.info["proxy_verdicts"] = [dict(g.proxy) for g in gs]
-                r.info["proxy_score"] = [None if g.failed else rubric_score(g.criteria, g.proxy) for g in gs]
-                if with_gold:
-                    r.info["gold_verdicts"] = [dict(g.gold) for g in gs]
-                    r.info["gold_score"] = [None if g.failed else rubric_score(g.criteria, g.gold) for g in gs]
+                r.info["rubric_criteria"] = [c.to_dict() for c in rubric_of(r)]
+                r.info["proxy_verdicts"] = [dict(g.proxy) for g, _, _ in gs]
+                r.info["proxy_failed"] = [sorted(p.failed) for _, p, _ in gs]
+                r.info["proxy_score"] = [None if g.failed else rubric_score(g.criteria, g.proxy) for g, _, _ in gs]
+                if gold is not None:
+                    r.info["gold_verdicts"] = [dict(g.gold) for g, _, _ in gs]
+                    r.info["gold_failed"] = [sorted(q.failed) for _, _, q in gs if q is not None]
+                    r.info["gold_score"] = [None if g.failed else rubric_score(g.criteria, g.gold) for g, _, _ in gs]
 
     def _choose_anchors(self, singles: list["_Request"], gold: list[Judgement]) -> dict[str, float]:
         """Keep `eval_anchors` replies of this (first) evaluation, spread evenly, with their gold verdicts."""
