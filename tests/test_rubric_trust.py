@@ -58,3 +58,61 @@ def test_a_complete_measurement_ends_with_status_0(tmp_path, capsys):
     path.write_text(yaml.safe_dump(data))
     assert main(["--config", str(path)]) == 0
     assert "held-out measurement" in capsys.readouterr().out
+
+
+def _strict_server_answer(body: dict) -> str:
+    from rubricjudge import strict
+
+    from dynalize.types import as_messages
+
+    messages = as_messages(body["messages"])
+    if "<reply-" not in messages[-1].content:  # the endpoint check before grading
+        return "OK"
+    return strict(messages)
+
+
+def test_a_run_whose_gold_judge_was_down_is_graded_again_and_by_a_second_gold_judge(tmp_path, capsys):
+    from faultserver import FaultServer
+
+    from dynalize.run import incomplete_measurements
+
+    down = {"on": True}
+    server = FaultServer(_strict_server_answer, lambda body: "500" if down["on"] else None)
+    with server:
+        data = gold_down_config(tmp_path, "again")
+        data["rubric"]["gold_judge"]["chat"]["base_url"] = server.base_url
+        path = tmp_path / "again.yaml"
+        path.write_text(yaml.safe_dump(data))
+        assert main(["--config", str(path)]) == 4
+        run = tmp_path / "again"
+        assert incomplete_measurements(run)
+        down["on"] = False  # the gold judge is back: grade what it failed on
+        calls_before = len(server.requests)
+        assert eval_main(["--run", str(run), "--bench", "rubric"]) == 0
+        rows = read_jsonl(run / "eval" / "rubric.jsonl")
+        evals = read_jsonl(run / "eval" / "task.jsonl")
+        assert [r["step"] for r in rows] == [e.get("step", e["version"]) for e in evals]
+        assert all(r["complete"] and r["rubric/unscored"] == 0 and "rubric/gold" in r for r in rows)
+        replies = int(sum(r["rubric/replies"] for r in rows))
+        assert len(server.requests) - calls_before == replies + 1  # each failed reply once, and the check
+        assert incomplete_measurements(run) == []  # run.py no longer counts it missing
+        # the verdicts are the scripted strict judge's own
+        raw = read_jsonl(run / "eval" / "rubric_raw" / f"step_{rows[-1]['step']:06d}.jsonl")
+        assert all(rec["gold_failed"] == [] and rec["proxy_failed"] == [] for rec in raw)
+        # nothing failed now: a rerun grades nothing
+        n = len(server.requests)
+        assert eval_main(["--run", str(run), "--bench", "rubric"]) == 0
+        assert len(server.requests) == n + 1  # the endpoint check only
+    # a second, independent gold judge on the same replies (here: the lenient proxy's rule as gold)
+    spec = json.dumps({"engine": "scripted", "path": "rubricjudge:lenient"})
+    assert eval_main(["--run", str(run), "--bench", "rubric", "--rejudge", "lenient", "--judge", spec]) == 0
+    second = read_jsonl(run / "eval" / "rubric@lenient.jsonl")
+    assert [r["step"] for r in second] == [r["step"] for r in rows]
+    assert all(r["rubric/gap"] == pytest.approx(0.0) for r in second)  # same rule as the proxy: no gap
+    assert report_main(["rubric", str(run), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
+    text = (tmp_path / "rep" / "rubric_report.md").read_text()
+    assert "Gold per judge" in text
+    own = f"{rows[-1]['rubric/gold']:.3f}"
+    lenient = f"{second[-1]['rubric/gold']:.3f}"
+    table = text.split("Gold per judge")[1].split("##")[0]
+    assert "the run's gold judge" in table and "| lenient" in table and own in table and lenient in table
