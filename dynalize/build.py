@@ -29,7 +29,8 @@ from .penalties.proposer import LLMProposer
 from .plugins import import_object
 from .rewards import PenaltyTerm, RewardTerm, RMTerm, RubricTerm
 from .rubrics.config import RubricJudgeConfig
-from .rubrics.criteria import RubricError, rubric_from_meta
+from .rubrics.criteria import Criterion, RubricError, rubric_from_meta
+from .rubrics.dropout import unmatched
 from .runlog import RunDir
 from .tasks.base import BUILTIN_TASKS, Task, build_task, task_class, task_prompts
 from .trackers import check_installed as check_trackers_installed
@@ -67,7 +68,7 @@ def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatM
     try:
         c = ChatModelConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(one_line(e, prefix="chat model config")) from None
+        raise ConfigError(one_line(e, prefix="chat model config", model=ChatModelConfig)) from None
     sampling = {"temperature": c.temperature, "max_tokens": c.max_tokens}
     if c.engine == "openai":
         if not c.base_url or not c.model:
@@ -198,6 +199,7 @@ def check_rubrics(cfg: RunConfig, task: Task) -> None:
     r = cfg.rubric
     judges = [("rubric.judge", r.judge)] + ([("rubric.gold_judge", r.gold_judge)] if r.gold_judge else [])
     undecidable = [name for name, j in judges if j.engine == "local" and not j.predicate]
+    trained: list[Criterion] = []
     for split in ["train", "eval"] if cfg.eval_every else ["train"]:
         for p in task_prompts(task, cfg.task.name, split):  # type: ignore[arg-type]
             try:
@@ -207,11 +209,16 @@ def check_rubrics(cfg: RunConfig, task: Task) -> None:
             if found is None:
                 raise ConfigError(f"config error: rubric.enabled needs prompts with a rubric, but task "
                                   f"{cfg.task.name!r} {split} prompt {p.id!r} has no meta['rubric']")
+            if split == "train":
+                trained += found
             bare = next((c for c in found if not c.regex), None)
             if undecidable and bare is not None:
                 raise ConfigError(f"config error: {undecidable[0]} is local without a predicate, so it decides only "
                                   f"criteria with a regex, but prompt {p.id!r} criterion {bare.id!r} has none: set "
                                   f"{undecidable[0]}.predicate, or engine: llm with a chat model")
+    d = r.dropout
+    if problem := unmatched(d.protected_ids, d.protected_tags, d.id_rates, d.tag_rates, trained):
+        raise ConfigError(f"config error: {problem}")
 
 
 def build_rubric_term(cfg: RunConfig, task: Task, chat_factory=build_chat_model) -> RubricTerm:

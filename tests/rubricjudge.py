@@ -27,3 +27,12 @@ def strict(messages) -> str:
 def length_reward(replies):
     """A Python RM: longer replies score higher."""
     return [min(len(r), 200) / 200 for r in replies]
+
+
+def lenient_or_nothing(messages) -> str:
+    """A proxy that gives no verdicts on about half of the rubrics (by their first criterion's text:
+    those groups are left out), lenient's on the others."""
+    keys, reply = _listed(messages[:2])  # the first question, also when asked again
+    if sum(map(ord, keys[0][1])) % 2:
+        return "no verdicts today"
+    return json.dumps({k: len(reply.split()) > 3 for k, _ in keys})

@@ -116,3 +116,99 @@ def test_a_run_whose_gold_judge_was_down_is_graded_again_and_by_a_second_gold_ju
     lenient = f"{second[-1]['rubric/gold']:.3f}"
     table = text.split("Gold per judge")[1].split("##")[0]
     assert "the run's gold judge" in table and "| lenient" in table and own in table and lenient in table
+
+
+# --- rubric data and settings checked ---------------------------------------------------------------
+
+def _rar_train(tmp_path: Path, **dropout) -> dict:
+    data = sample_config(tmp_path, name="rar", reward_model={"enabled": False}, penalties={"enabled": False})
+    data["task"]["args"].update(train_file=str(REPO / "examples/data/rubric_rar_sample.jsonl"), format="rar", eval_format=None)
+    data["rubric"]["dropout"].update(dropout)
+    return data
+
+
+def test_a_dropout_tag_or_id_that_matches_no_criterion_stops_the_run_in_one_line(tmp_path, capsys):
+    for field, value, expect in (
+            ("protected_tags", ["category:essentail"], "tag 'category:essentail' matches no criterion of the "
+                                                       "training data (tags match case-insensitively); closest "
+                                                       "there: category:essential"),
+            ("protected_ids", ["nope#1"], "id 'nope#1' matches no criterion"),
+            ("tag_rates", {"axis:accuracy": 0.1}, "tag 'axis:accuracy' matches no criterion"),
+            ("id_rates", {"x": 0.1}, "id 'x' matches no criterion")):
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(_rar_train(tmp_path, **{field: value})))
+        assert main(["--config", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err == f"error: config error: rubric.dropout.{field}: {expect}" or \
+            (err.startswith(f"error: config error: rubric.dropout.{field}: ") and expect in err), err
+
+
+def test_rar_tags_are_protected_whatever_their_case(tmp_path):
+    import anyio
+
+    from dynalize.config import validate
+    from dynalize.run import train
+
+    data = _rar_train(tmp_path, f=0.6, min_keep=1, protected_tags=["category:Essential"])
+    data["steps"] = 2
+    anyio.run(train, validate(data), False, "test")
+    rows = [r for p in sorted((tmp_path / "rar" / "rollouts").glob("step_*.jsonl")) for r in read_jsonl(p)]
+    from dynalize.tasks.rubric import load_rubric_prompts
+    from dynalize.rubrics.criteria import rubric_from_meta
+
+    essential = {c.id for p in load_rubric_prompts(str(REPO / "examples/data/rubric_rar_sample.jsonl"), "rar")
+                 for c in rubric_from_meta(p.meta) if "category:essential" in c.tags}
+    dropped = {d for r in rows for d in r["rubric_dropped"]}
+    assert essential and dropped and not dropped & essential
+
+
+@pytest.mark.parametrize(("points", "message"), [
+    (0, "weight (field 'points') is 0"),
+    ("5", "weight '5' is not a number (field 'points' holds a string: write the number unquoted)"),
+    ("lots", "weight 'lots' is not a number"),
+])
+def test_zero_or_quoted_points_are_refused_with_file_row_and_field(tmp_path, points, message):
+    from dynalize.tasks.data import DataError
+    from dynalize.tasks.rubric import load_rubric_prompts
+
+    good = {"prompt_id": "a", "prompt": [{"role": "user", "content": "hi"}],
+            "rubrics": [{"criterion": "Greets back.", "points": 3}]}
+    bad = {**good, "prompt_id": "b", "rubrics": [good["rubrics"][0], {"criterion": "Waves.", "points": points}]}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(DataError) as e:
+        load_rubric_prompts(str(path), "healthbench")
+    assert str(e.value) == f"data error: {path} line 2: rubrics[1]: {message}" or \
+        str(e.value).startswith(f"data error: {path} line 2: rubrics[1]: {message}")
+
+
+def test_left_out_rollouts_are_written_with_a_null_reward(tmp_path):
+    import anyio
+
+    from dynalize.config import validate
+    from dynalize.run import train
+
+    data = sample_config(tmp_path, name="lo", reward_model={"enabled": False}, penalties={"enabled": False})
+    data["rubric"]["judge"] = {"engine": "llm", "max_failure_rate": None,
+                               "chat": {"engine": "scripted", "path": "rubricjudge:lenient_or_nothing"}}
+    anyio.run(train, validate(data), False, "test")
+    rows = read_jsonl(tmp_path / "lo" / "rollouts" / "step_000000.jsonl") + \
+        read_jsonl(tmp_path / "lo" / "rollouts" / "step_000001.jsonl")
+    left = [r for r in rows if r.get("left_out")]
+    assert left and all(r["reward"] is None and r["advantage"] is None and r["scores"]["rubric"] is None
+                        and r["rubric_score"] is None for r in left)
+    kept = [r for r in rows if not r.get("left_out")]
+    assert kept and all(isinstance(r["reward"], float) for r in kept)
+
+
+def test_an_unknown_config_key_names_the_closest_known_one():
+    from dynalize.config import validate
+    from dynalize.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^config error: rubric.dropout.protected_tag: unknown key "
+                                          r"\(did you mean 'protected_tags'\?\)$"):
+        validate({"rubric": {"dropout": {"protected_tag": ["x"]}}})
+    with pytest.raises(ConfigError, match=r"^config error: stpes: unknown key \(did you mean 'steps'\?\)$"):
+        validate({"stpes": 3})
+    with pytest.raises(ConfigError, match=r"^config error: zzzz: unknown key$"):
+        validate({"zzzz": 3})

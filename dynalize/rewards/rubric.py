@@ -141,10 +141,12 @@ class RubricTerm(RewardTerm):
                 if not failed & mask.kept:
                     masked_scores.append(masked)
                 values.append(self.cfg.coef * masked)
-                unscored.append(bool(failed & mask.kept))  # a kept verdict failed: the reward is unknown
+                unknown = bool(failed & mask.kept)  # a kept verdict failed: the reward is unknown
+                unscored.append(unknown)
                 info.append({"rubric_verdicts": [j.verdicts for j in js],
                              "rubric_dropped": sorted(c.id for c in criteria if c.id not in mask.kept),
-                             "rubric_score": masked, "rubric_full": full, "rubric_failed": sorted(failed)})
+                             "rubric_score": None if unknown else masked, "rubric_full": full,
+                             "rubric_failed": sorted(failed)})
         assert len(values) == len(rollouts)
         self._record(batch.step, masks, rubrics, masked_scores, full_scores, shifts, asked_n, failed_n,
                      decided_replies)
