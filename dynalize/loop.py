@@ -187,8 +187,10 @@ class Orchestrator:
             self.worker = GenerationWorker(tg)
             if self._generator_version is not None:  # resumed: the generator samples the saved policy
                 await p.generator.update_weights(p.learner.policy_state(), self._generator_version)
-            if self.eval_prompts and self.next_step == 0:
-                await self.worker.submit(lambda: self.evaluate(0)).wait()
+            if self.eval_prompts and self.next_step == 0:  # step 0: before any training, in metrics.jsonl too
+                first = {"step": 0, **await self.worker.submit(lambda: self.evaluate(0, 0)).wait()}
+                p.run.log_metrics(first)
+                self.trackers.log_step(first, {}, [])
             with _progress(cfg) as bar:
                 task = bar.add_task("training", total=cfg.steps, completed=self.next_step, info="")
                 while self.next_step < cfg.steps:
@@ -203,7 +205,7 @@ class Orchestrator:
         """One training step: the phases of the module docstring."""
         cfg, p, step = self.p.cfg, self.p, self.next_step
         timer = PhaseTimer()
-        record: dict[str, Any] = {"step": step}
+        record: dict[str, Any] = {"step": step + 1}  # steps completed once this one is: what it is labelled
         with timer("step"):
             with timer("collect"):
                 batch, gen_time = await self.collect(step, record)
@@ -235,7 +237,7 @@ class Orchestrator:
                 record.update(term.metrics())
             if self.eval_prompts and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
                 with timer("eval"):
-                    record.update(await self.worker.submit(lambda: self.evaluate(version)).wait())
+                    record.update(await self.worker.submit(lambda: self.evaluate(step + 1, version)).wait())
         tokens = sum(len(r.completion_ids) for r in rollouts)
         seconds = timer.seconds
         record.update({
@@ -243,8 +245,9 @@ class Orchestrator:
             "time/wait_for_generation": seconds["sync"] - sync_time,
             "rollouts_per_s": len(rollouts) / seconds["step"], "tokens_per_s": tokens / seconds["step"],
         })
-        p.run.log_rollouts(step, rollouts)
-        for name, lines in events.items():
+        p.run.log_rollouts(step + 1, rollouts)
+        events = {name: [{**e, "step": e.get("step", step) + 1} for e in lines] for name, lines in events.items()}
+        for name, lines in events.items():  # a term counts by batch (0-based): labelled by the step, as the rest
             p.run.log_events(name, lines)
         p.run.log_metrics(record)
         self.trackers.log_step(record, events, rollouts)
@@ -255,8 +258,8 @@ class Orchestrator:
         if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
         if stop:
-            log.error("run.stopped", step=step, reason=stop)
-            raise RunStopped(f"{stop} (stopped after step {step}; checkpoint written: fix the cause, then "
+            log.error("run.stopped", step=step + 1, reason=stop)
+            raise RunStopped(f"{stop} (stopped after step {step + 1}; checkpoint written: fix the cause, then "
                              f"--resume {p.run.root})")
         return record
 
@@ -332,9 +335,10 @@ class Orchestrator:
         return SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
                               min_p=g.min_p, seed=derived_seed(self.p.cfg.seed, *seed_parts))
 
-    async def evaluate(self, version: int) -> dict[str, float]:
-        """Held-out replies from the current policy, scored by the task (e.g. sandbox gold), the RM, and
-        each term's own evaluation (`RewardTerm.evaluate`: the rubric term's proxy/gold measurement)."""
+    async def evaluate(self, step: int, version: int) -> dict[str, float]:
+        """Held-out replies from the current policy (after `step` training steps; its weights' `version`),
+        scored by the task (e.g. sandbox gold), the RM, and each term's own evaluation
+        (`RewardTerm.evaluate`: the rubric term's proxy/gold measurement)."""
         n = self.p.cfg.eval_samples
         groups = await sample_groups(self.p.generator, self.p.tokenizer, self.p.task, self.eval_prompts, n,
                                      self.sampling("eval"))
@@ -347,16 +351,16 @@ class Orchestrator:
                 task.evaluate, conversations=[r.conversation for r in rollouts]))
             if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
                 raise TypeError(f"returned {metrics!r:.80}, not a dict of metric name → number")
-        batch = Batch(version, groups)
+        batch = Batch(step, groups)
         rm = self.p.term("rm")
         if rm is not None:
             await score_batch([rm], batch)
             metrics = {**metrics, "rm": statistics.fmean(r.scores["rm"] for r in rollouts)}
         for term in self.p.terms:  # e.g. the rubric term's proxy/gold measurement
             metrics.update(await term.evaluate(batch))
-        append_jsonl(self.p.run.eval_path, {"version": version, **metrics})
+        append_jsonl(self.p.run.eval_path, {"step": step, "version": version, **metrics})
         self.eval_rows += 1
-        self.p.run.log_rollouts(version, rollouts, name="eval")
+        self.p.run.log_rollouts(step, rollouts, name="eval")
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     async def checkpoint(self) -> None:

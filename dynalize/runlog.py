@@ -90,10 +90,11 @@ class RunDir:
             append_jsonl(self.root / f"{name}.jsonl", e)
 
     def truncate(self, from_step: int, eval_rows: int | None = None) -> None:
-        """On resume: forget the metric and event lines of steps ≥ from_step (they run again), and
-        the held-out evaluations after the first `eval_rows` (None: keep them all)."""
+        """On resume after `from_step` completed steps: forget the metric and event lines of later steps
+        (labelled from_step + 1 on: they run again), and the held-out evaluations after the first
+        `eval_rows` (None: keep them all)."""
         for path in sorted(self.root.glob("*.jsonl")):
-            keep = [r for r in read_jsonl(path) if r.get("step", -1) < from_step]
+            keep = [r for r in read_jsonl(path) if r.get("step", -1) <= from_step]
             write_jsonl_atomic(path, keep)
         if eval_rows is not None and self.eval_path.exists():
             write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
