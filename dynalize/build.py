@@ -78,7 +78,8 @@ def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatM
         return OpenAIChatModel(c.base_url, c.model, api_key_env=c.api_key_env, timeout=c.timeout,
                                max_retries=c.max_retries, max_concurrency=c.max_concurrency,
                                default_sampling=sampling, retry_wait=c.retry_wait,
-                               max_response_bytes=c.max_response_bytes)
+                               max_response_bytes=c.max_response_bytes, requests_per_minute=c.requests_per_minute,
+                               tokens_per_minute=c.tokens_per_minute)
     if c.engine == "hf":
         if not c.path:
             raise ConfigError("chat model config: the hf engine needs path (a model directory or tiny:<name>)")

@@ -37,6 +37,7 @@ from . import grpo
 from .backends.base import Generator, Learner, SamplingParams
 from .checkpoint import save_checkpoint
 from .config import RunConfig
+from .cost import TokenMeter
 from .errors import RunStopped
 from .hooks import optional, owner_name, unwrap_hook_errors, user_code
 from .rewards.base import RewardTerm, score_batch
@@ -93,6 +94,17 @@ def set_advantages(batch: Batch, std_normalize: bool) -> None:
             r.advantage = x
 
 
+STEP_FIELDS = ("step", "proposed_at")
+"""Fields of a term's events that name a batch (terms count batches from 0)."""
+
+
+def step_labelled(event: dict[str, Any], batch: int) -> dict[str, Any]:
+    """A term's event (`batch` when it names none) with its batch numbers as the step they happened
+    in (batch k is step k + 1: the convention of every output, training steps completed)."""
+    out = {"step": batch, **event}
+    return {k: v + 1 if k in STEP_FIELDS and isinstance(v, int) else v for k, v in out.items()}
+
+
 def _stats(name: str, values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -134,6 +146,7 @@ class Orchestrator:
         self.worker: GenerationWorker | None = None
         self.last_checkpoint: Path | None = None  # written by this process (its manifest hashed as it was)
         self.trackers = Trackers(cfg)  # report_to: TensorBoard, W&B, Trackio, MLflow
+        self.tokens = TokenMeter({role: chat for t in parts.terms for role, chat in t.chat_models().items()})
 
     # --- resumable state --------------------------------------------------------------------------
 
@@ -151,6 +164,7 @@ class Orchestrator:
             "dropped_total": self.dropped_total,
             "left_out_total": self.left_out_total,
             "eval_rows": self.eval_rows,
+            "tokens": self.tokens.state_dict(),
             "terms": {t.name: t.state_dict() for t in p.terms},
             "inflight": inflight,
         }
@@ -161,6 +175,7 @@ class Orchestrator:
         self.dropped_total = state["dropped_total"]
         self.left_out_total = state.get("left_out_total", 0)
         self.eval_rows = state.get("eval_rows", 0)
+        self.tokens.load_state_dict(state.get("tokens", {}))
         self._generator_version = state["generator_version"]
         self._restored = {int(k): [[rollout_from_state(r) for r in g] for g in groups]
                           for k, groups in state.get("inflight", {}).items()}
@@ -188,7 +203,8 @@ class Orchestrator:
             if self._generator_version is not None:  # resumed: the generator samples the saved policy
                 await p.generator.update_weights(p.learner.policy_state(), self._generator_version)
             if self.eval_prompts and self.next_step == 0:  # step 0: before any training, in metrics.jsonl too
-                first = {"step": 0, **await self.worker.submit(lambda: self.evaluate(0, 0)).wait()}
+                first = {"step": 0, **await self.worker.submit(lambda: self.evaluate(0, 0)).wait(),
+                         **self.tokens.metrics()}
                 p.run.log_metrics(first)
                 self.trackers.log_step(first, {}, [])
             with _progress(cfg) as bar:
@@ -240,14 +256,15 @@ class Orchestrator:
                     record.update(await self.worker.submit(lambda: self.evaluate(step + 1, version)).wait())
         tokens = sum(len(r.completion_ids) for r in rollouts)
         seconds = timer.seconds
+        record.update(self.tokens.metrics())  # the API-backed models' tokens, this step's evaluation included
         record.update({
             **timer.metrics(), "time/generate": gen_time, "time/weight_sync": sync_time,
             "time/wait_for_generation": seconds["sync"] - sync_time,
             "rollouts_per_s": len(rollouts) / seconds["step"], "tokens_per_s": tokens / seconds["step"],
         })
         p.run.log_rollouts(step + 1, rollouts)
-        events = {name: [{**e, "step": e.get("step", step) + 1} for e in lines] for name, lines in events.items()}
-        for name, lines in events.items():  # a term counts by batch (0-based): labelled by the step, as the rest
+        events = {name: [step_labelled(e, step) for e in lines] for name, lines in events.items()}
+        for name, lines in events.items():
             p.run.log_events(name, lines)
         p.run.log_metrics(record)
         self.trackers.log_step(record, events, rollouts)

@@ -34,6 +34,7 @@ from rich.table import Table
 
 from .checkpoint import resume_from
 from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config, resume_conflict
+from .cost import cost_lines
 from .errors import RunStopped
 from .hooks import HookError
 from .rubrics.protocol import missing_verdicts
@@ -233,6 +234,8 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]], missing: list[s
         if of in last:
             n, total = int(last[failed]), int(last[of])
             t.add_row(f"{what} (total)", "", f"{n} of {total} ({n / total:.1%})" if total else "0 of 0")
+    for role, spent in cost_lines(last):
+        t.add_row(f"tokens: {role} (total)", "", spent)
     if any("eval/rubric/replies" in h for h in history) or missing:
         t.add_row("held-out measurement", "", "INCOMPLETE: " + "; ".join(missing) if missing else "complete")
     t.add_row("rollouts/s (mean)", "", f"{statistics.fmean(h['rollouts_per_s'] for h in history):.1f}")

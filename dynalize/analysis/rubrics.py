@@ -153,6 +153,19 @@ def judge_cells(runs: list[Run], window: tuple[int, int] | None = None) -> tuple
     return ["run", "gold judge", "gold Peak (step)", "gold End", "gold Final", "gap End"], body
 
 
+def cost_cells(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
+    """Tokens over the whole run per API-backed role (metrics.jsonl's last `tokens/<role>/*_total`)."""
+    body = []
+    for run in runs:
+        rows = run.rows("metrics")
+        last = rows[-1] if rows else {}
+        roles = sorted({k.split("/")[1] for k in last if k.startswith("tokens/") and k.endswith("_total")})
+        for role in roles:
+            p, c = (int(last.get(f"tokens/{role}/{k}_total", 0)) for k in ("prompt", "completion"))
+            body.append([run.name, role.replace("_", " "), f"{p:,}", f"{c:,}", f"{p + c:,}"])
+    return ["run", "role", "prompt tokens", "completion tokens", "total"], body
+
+
 def wins(run: RubricRun, base: RubricRun) -> tuple[int, int]:
     """(checkpoints where `run`'s gold beats `base`'s, checkpoints both evaluated), steps > 0."""
     theirs = dict(zip(base.steps, base.series["gold"]))

@@ -182,6 +182,9 @@ class RubricTerm(RewardTerm):
         self._step = {}
         return out
 
+    def chat_models(self) -> dict[str, Any]:
+        return {"proxy judge": self.judge.chat, "gold judge": self.gold.chat if self.gold else None}
+
     def stop_reason(self) -> str | None:
         """The judge failed more than `rubric.judge.max_failure_rate` of its verdicts over the last
         `failure_window` judged steps."""
