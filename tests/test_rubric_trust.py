@@ -212,3 +212,29 @@ def test_an_unknown_config_key_names_the_closest_known_one():
         validate({"stpes": 3})
     with pytest.raises(ConfigError, match=r"^config error: zzzz: unknown key$"):
         validate({"zzzz": 3})
+
+
+# --- docs/llm_backends.md: the rubric judge's contract ------------------------------------------------
+
+def test_the_backends_doc_gives_the_rubric_judges_prompt_layout_and_reply_as_the_code_has_them():
+    import re
+
+    from dynalize.judge.judge import RUBRIC_PROMPT, Judge
+    from dynalize.judge.verdicts import parse_verdicts, verdict_schema
+    from dynalize.rubrics.criteria import Criterion
+
+    doc = (REPO / "docs" / "llm_backends.md").read_text()
+    section = doc.split("## The rubric judge: its prompt and its reply")[1].split("\n## ")[0]
+    assert "counts its verdicts as not triggered" not in doc  # what the code never did
+    assert 'never read\nas "not triggered"' in doc or "never read as \"not triggered\"" in doc
+    criteria = [Criterion("hb#1", "Advises rest.", 5.0), Criterion("hb#2", "Claims a cure.", -3.0)]
+    system, user = Judge(None, prompt=RUBRIC_PROMPT).messages("Rest it.", criteria, "[user]\nhelp")
+    assert "- c1: Advises rest.\n- c2: Claims a cure." in user.content  # as the doc lists them
+    for tag in ("<rubric-", "<context-", "<reply-"):
+        assert tag in user.content and tag + "NONCE>" in section
+    [example] = re.findall(r"```json\n(.*?)\n```", section, re.S)
+    verdicts, failed = parse_verdicts(json.loads(example), ["c1", "c2", "c3"])
+    assert not failed and verdicts == {"c1": True, "c2": False, "c3": True}
+    schema = verdict_schema(["c1"])
+    assert set(schema) == {"type", "properties", "required", "additionalProperties"}
+    assert '"additionalProperties": false' in section and '{"type": "boolean"}' in section
