@@ -36,3 +36,10 @@ def lenient_or_nothing(messages) -> str:
     if sum(map(ord, keys[0][1])) % 2:
         return "no verdicts today"
     return json.dumps({k: len(reply.split()) > 3 for k, _ in keys})
+
+
+def odd_keys(messages) -> str:
+    """A judge that marks met exactly the criteria listed at odd positions (c1, c3, ...): it disagrees
+    with any other rule on some criterion of every rubric of two or more criteria."""
+    keys, _ = _listed(messages[:2])
+    return json.dumps({k: int(k[1:]) % 2 == 1 for k, _ in keys})

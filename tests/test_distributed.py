@@ -23,7 +23,7 @@ def test_two_process_ddp_matches_one_process(toy_overrides, tmp_path):
     assert ddp.returncode == 0, ddp.stderr[-2000:]
     one = read_jsonl(tmp_path / "one" / "metrics.jsonl")
     two = read_jsonl(tmp_path / "two" / "metrics.jsonl")
-    assert [m["step"] for m in two] == [0, 1, 2]  # one orchestrator: each step logged once
+    assert [m["step"] for m in two] == [1, 2, 3]  # one orchestrator: each step logged once
     assert {m["processes"] for m in one} == {1.0} and {m["processes"] for m in two} == {2.0}
     gap = max(abs(b["loss"] - a["loss"]) / max(abs(a["loss"]), 1e-9) for a, b in zip(one, two))
     print(f"two processes vs one: max relative loss difference {gap:.1e} over {len(one)} steps")

@@ -147,7 +147,7 @@ def test_flaky_api_run_finishes_and_counts_exactly_the_verdicts_never_given(tmp_
     out = capsys.readouterr().out
     run = tmp_path / "run"
     metrics = read_jsonl(run / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == list(range(6))
+    assert [m["step"] for m in metrics] == list(range(1, 7))
     assert all(plan.injected[f] >= 1 for f in TRANSIENT) and plan.injected["persistent"] >= 1, plan.injected
 
     judged = failed_total = 0
@@ -226,7 +226,7 @@ def test_judge_down_stops_the_run_within_a_bounded_step_time_then_resumes(tmp_pa
         fixed = f"penalties.judge.chat.base_url={json.dumps(proposer_server.base_url)}"
         assert main(["--resume", str(run), fixed]) == 0
     metrics = read_jsonl(run / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == list(range(6))
+    assert [m["step"] for m in metrics] == list(range(1, 7))
     assert all(m.get("left_out", 0) == 0 for m in metrics if m["step"] > steps[-1]["step"])
 
 

@@ -40,11 +40,11 @@ def test_a_proposal_in_flight_at_the_end_lands_in_the_last_checkpoint(toy_overri
     anyio.run(train, cfg, False)
     run = tmp_path / "end"
     last = read_jsonl(run / "metrics.jsonl")[-1]
-    assert last["step"] == 2 and len(CALLS) == 2
+    assert last["step"] == 3 and len(CALLS) == 2
     assert last["proposer/accepted"] == 1 and last["proposer/pending"] == 1 and last["proposer/in_flight"] == 0
     state = json.loads((run / "checkpoints" / "step_000003" / "state.json").read_text())
     assert [p["candidate"]["title"] for p in state["terms"]["penalties"]["pending"]] == ["Pattern 2"]
 
     assert main(["--resume", str(run), "steps=4"]) == 0
     adds = [e for e in read_jsonl(run / "penalties.jsonl") if e["event"] == "add"]
-    assert [(e["title"], e["step"], e["proposed_at"]) for e in adds][-1] == ("Pattern 2", 3, 2)
+    assert [(e["title"], e["step"], e["proposed_at"]) for e in adds][-1] == ("Pattern 2", 4, 3)  # proposed in step 3

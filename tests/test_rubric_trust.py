@@ -192,8 +192,8 @@ def test_left_out_rollouts_are_written_with_a_null_reward(tmp_path):
     data["rubric"]["judge"] = {"engine": "llm", "max_failure_rate": None,
                                "chat": {"engine": "scripted", "path": "rubricjudge:lenient_or_nothing"}}
     anyio.run(train, validate(data), False, "test")
-    rows = read_jsonl(tmp_path / "lo" / "rollouts" / "step_000000.jsonl") + \
-        read_jsonl(tmp_path / "lo" / "rollouts" / "step_000001.jsonl")
+    rows = read_jsonl(tmp_path / "lo" / "rollouts" / "step_000001.jsonl") + \
+        read_jsonl(tmp_path / "lo" / "rollouts" / "step_000002.jsonl")
     left = [r for r in rows if r.get("left_out")]
     assert left and all(r["reward"] is None and r["advantage"] is None and r["scores"]["rubric"] is None
                         and r["rubric_score"] is None for r in left)
