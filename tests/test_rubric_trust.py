@@ -238,3 +238,14 @@ def test_the_backends_doc_gives_the_rubric_judges_prompt_layout_and_reply_as_the
     schema = verdict_schema(["c1"])
     assert set(schema) == {"type", "properties", "required", "additionalProperties"}
     assert '"additionalProperties": false' in section and '{"type": "boolean"}' in section
+
+
+def test_the_trackers_sample_table_has_rubric_columns_and_no_rm_column_without_an_rm():
+    from dynalize.trackers import sample_columns, sample_rows
+
+    rows = [{"prompt_id": p, "prompt": [{"role": "user", "content": f"about {p}"}], "replies": ["r"],
+             "scores": {"rubric": 0.5}, "rubric_verdicts": [{"a": True, "b": False, "c": True}],
+             "rubric_dropped": ["c"], "rubric_score": 0.5, "rubric_full": 0.75, "reward": 0.5} for p in ("x", "y")]
+    assert sample_columns(rows) == ["step", "prompt", "reply", "rubric (masked)", "rubric (full)", "criteria met",
+                                    "dropped", "reward"]
+    assert sample_rows(4, rows, n=1) == [[4, "about x", "r", 0.5, 0.75, "1 of 2", "c", 0.5]]

@@ -89,7 +89,7 @@ def test_tensorboard_holds_every_metric_the_config_and_the_tables(run):
     assert sample_columns(run["rollouts"][3]) == TOY_COLUMNS
     assert texts["samples"][3] == markdown_table(TOY_COLUMNS, sample_rows(3, run["rollouts"][3]))
     assert "| 3 | Write about the " in texts["samples"][3]
-    assert "Doubles its vowels" in texts["events"][1]
+    assert "Doubles its vowels" in texts["events"][2]
     [hparams_dir] = {Path(p).parent for p in glob.glob(str(run["root"] / "tensorboard" / "*" / "events.*"))}
     hp = EventAccumulator(str(hparams_dir))
     hp.Reload()
