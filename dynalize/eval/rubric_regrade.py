@@ -39,7 +39,7 @@ from ..rubrics.protocol import Graded, measure
 from ..runlog import read_jsonl, write_jsonl_atomic
 from ..types import as_messages, exchanges
 from .checkpoints import eval_paths
-from .common import BenchmarkError, read_chat_spec
+from .common import BenchmarkError, progress, read_chat_spec
 from .models import PROBE, is_local_url
 
 
@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                        "into eval/rubric@LABEL.jsonl")
     ap.add_argument("--judge", help="with --rejudge: the second gold judge's chat model (JSON or YAML/JSON file)")
     ap.add_argument("--steps", help="only these evaluation steps, comma-separated")
+    ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     if bool(args.rejudge) != bool(args.judge):
@@ -102,23 +103,24 @@ def saved_replies(run: Path, step: int, context: bool, prompts: dict[str, list[C
 class Regrader:
     """Grades raw records with a proxy and a gold judge (either may be None: its verdicts are kept)."""
 
-    def __init__(self, proxy: Judge | None, gold: Judge | None, redo: bool):
-        self.proxy, self.gold, self.redo = proxy, gold, redo
+    def __init__(self, proxy: Judge | None, gold: Judge | None, redo: bool, show_progress: bool = True):
+        self.proxy, self.gold, self.redo, self.show = proxy, gold, redo, show_progress
 
-    async def grade(self, records: list[dict[str, Any]]) -> None:
-        async with anyio.create_task_group() as tg:
-            for name, judge in (("proxy", self.proxy), ("gold", self.gold)):
-                if judge is None:
-                    continue
-                for rec in records:
-                    if self.redo or name not in rec or rec.get(f"{name}_failed"):
-                        tg.start_soon(self._one, judge, name, rec)
+    async def grade(self, records: list[dict[str, Any]], step: int) -> None:
+        todo = [(name, judge, rec) for name, judge in (("proxy", self.proxy), ("gold", self.gold)) if judge is not None
+                for rec in records if self.redo or name not in rec or rec.get(f"{name}_failed")]
+        with progress(self.show and bool(todo)) as bar:
+            task = bar.add_task(f"step {step}: grading", total=len(todo))
 
-    @staticmethod
-    async def _one(judge: Judge, name: str, rec: dict[str, Any]) -> None:
-        criteria = [Criterion.from_dict(c) for c in rec["criteria"]]
-        [j] = await judge.assess([rec["text"]], criteria, rubric_key(criteria), [rec["context"]])
-        rec[name], rec[f"{name}_failed"] = dict(j.verdicts), sorted(j.failed)
+            async def one(judge: Judge, name: str, rec: dict[str, Any]) -> None:
+                criteria = [Criterion.from_dict(c) for c in rec["criteria"]]
+                [j] = await judge.assess([rec["text"]], criteria, rubric_key(criteria), [rec["context"]])
+                rec[name], rec[f"{name}_failed"] = dict(j.verdicts), sorted(j.failed)
+                bar.advance(task)
+
+            async with anyio.create_task_group() as tg:
+                for name, judge, rec in todo:
+                    tg.start_soon(one, judge, name, rec)
 
 
 def summary(step: int, records: list[dict[str, Any]], per_criterion_limit: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +205,7 @@ async def regrade(args: argparse.Namespace) -> list[dict[str, Any]]:
     await _probe([j for j in (proxy, gold) if j is not None])
     summary_path, raw_dir = eval_paths(run, "rubric", args.rejudge)
     own_raw = eval_paths(run, "rubric")[1]
-    grader = Regrader(proxy, gold, args.all)
+    grader = Regrader(proxy, gold, args.all, show_progress=not args.no_progress)
     rows = {r["step"]: r for r in read_jsonl(summary_path)} if summary_path.exists() else {}
     written = []
     for step in steps:
@@ -222,7 +224,7 @@ async def regrade(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for r in records:
                     r.pop("gold", None)
                     r.pop("gold_failed", None)
-        await grader.grade(records)
+        await grader.grade(records, step)
         raw_dir.mkdir(parents=True, exist_ok=True)
         write_jsonl_atomic(raw_path, records)
         rows[step] = summary(step, records, cfg.rubric.per_criterion_limit, settings)
