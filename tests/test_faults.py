@@ -220,7 +220,7 @@ def test_judge_down_stops_the_run_within_a_bounded_step_time_then_resumes(tmp_pa
             # 16 calls, 2 slots, 3 attempts with 0.2 s and 0.4 s backoffs (+ up to 0.2 s jitter each):
             # one call's schedule is under 1 s; slots held through the backoffs would take 8 times as long
             assert m["time/score"] < 2.0, m["time/score"]
-        ckpt = run / "checkpoints" / f"step_{steps[-1]['step'] + 1:06d}"
+        ckpt = run / "checkpoints" / f"step_{steps[-1]['step']:06d}"  # the row's step: steps completed
         assert (ckpt / "manifest.json").exists()
 
         fixed = f"penalties.judge.chat.base_url={json.dumps(proposer_server.base_url)}"
