@@ -352,10 +352,11 @@ class Orchestrator:
         return SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
                               min_p=g.min_p, seed=derived_seed(self.p.cfg.seed, *seed_parts))
 
-    async def evaluate(self, step: int, version: int) -> dict[str, float]:
-        """Held-out replies from the current policy (after `step` training steps; its weights' `version`),
-        scored by the task (e.g. sandbox gold), the RM, and each term's own evaluation
-        (`RewardTerm.evaluate`: the rubric term's proxy/gold measurement)."""
+    async def evaluate(self, step: int, version: int | None = None) -> dict[str, float]:
+        """Held-out replies from the current policy (after `step` training steps; its weights' `version`,
+        by default `step`), scored by the task (e.g. sandbox gold), the RM, and each term's own
+        evaluation (`RewardTerm.evaluate`: the rubric term's proxy/gold measurement)."""
+        version = step if version is None else version
         n = self.p.cfg.eval_samples
         groups = await sample_groups(self.p.generator, self.p.tokenizer, self.p.task, self.eval_prompts, n,
                                      self.sampling("eval"))
