@@ -221,8 +221,10 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]], missing: list[s
     rows = ["reward/mean", "rm/mean", "rubric/masked", "rubric/full", "gen_len/mean", "loss", *eval_keys,
             "penalties/active"]
     first, last = history[0], history[-1]
+    logged = RunDir(cfg.run_dir).metrics_path
+    before = [h for h in read_jsonl(logged) if h.get("step") == 0] if logged.exists() else []  # step 0's evaluation
     for key in rows:
-        evals = [h[key] for h in history if key in h]
+        evals = [h[key] for h in before + history if key in h and isinstance(h[key], int | float)]
         if evals:
             t.add_row(key, f"{evals[0]:.3f}", f"{evals[-1]:.3f}")
     steps = len(history)

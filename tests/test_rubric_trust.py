@@ -249,3 +249,21 @@ def test_the_trackers_sample_table_has_rubric_columns_and_no_rm_column_without_a
     assert sample_columns(rows) == ["step", "prompt", "reply", "rubric (masked)", "rubric (full)", "criteria met",
                                     "dropped", "reward"]
     assert sample_rows(4, rows, n=1) == [[4, "about x", "r", 0.5, 0.75, "1 of 2", "c", 0.5]]
+
+
+def test_the_summarys_first_evaluation_is_the_one_before_training(tmp_path):
+    import anyio
+
+    from dynalize.config import validate
+    from dynalize.run import summary_table, train
+
+    data = sample_config(tmp_path, name="first", reward_model={"enabled": False}, penalties={"enabled": False})
+    data["steps"], data["eval_every"] = 3, 3
+    cfg = validate(data)
+    history = anyio.run(train, cfg, False, "test")
+    step0 = read_jsonl(tmp_path / "first" / "metrics.jsonl")[0]
+    assert step0["step"] == 0 and "eval/rubric/proxy" in step0 and "eval/rubric/proxy" not in history[0]
+    t = summary_table(cfg, history)
+    names, first, last = (list(c._cells) for c in t.columns)
+    row = names.index("eval/rubric/proxy")
+    assert first[row] == f"{step0['eval/rubric/proxy']:.3f}" and last[row] == f"{history[-1]['eval/rubric/proxy']:.3f}"
