@@ -267,3 +267,24 @@ def test_the_summarys_first_evaluation_is_the_one_before_training(tmp_path):
     names, first, last = (list(c._cells) for c in t.columns)
     row = names.index("eval/rubric/proxy")
     assert first[row] == f"{step0['eval/rubric/proxy']:.3f}" and last[row] == f"{history[-1]['eval/rubric/proxy']:.3f}"
+
+
+def test_the_html_held_out_view_reads_re_graded_verdicts_reply_by_reply(tmp_path):
+    from dynalize.analysis.html_rubric import held_out
+    from dynalize.analysis.runs import Run
+    from dynalize.runlog import write_jsonl_atomic
+
+    crit = [{"id": "a", "text": "Says a.", "weight": 1.0, "tags": []}, {"id": "b", "text": "Says b.", "weight": 1.0, "tags": []}]
+    row = {"prompt_id": "p", "group": 0, "prompt": [{"role": "user", "content": "q"}], "rubric_criteria": crit,
+           "proxy_verdicts": [{"a": True, "b": True}], "proxy_failed": [[]], "gold_verdicts": [{"a": False, "b": False}],
+           "gold_failed": [["a", "b"]], "proxy_score": [None], "gold_score": [None]}
+    (tmp_path / "r" / "rollouts").mkdir(parents=True)
+    (tmp_path / "r" / "eval" / "rubric_raw").mkdir(parents=True)
+    write_jsonl_atomic(tmp_path / "r" / "rollouts" / "eval_000002.jsonl",
+                       [{**row, "replies": ["one"]}, {**row, "replies": ["two"]}])  # two samples, one group
+    raw = [{"prompt_id": "p", "group": 0, "reply": 0, "proxy": {"a": True, "b": True}, "proxy_failed": [],
+            "gold": gold, "gold_failed": []} for gold in ({"a": True, "b": False}, {"a": False, "b": True})]
+    write_jsonl_atomic(tmp_path / "r" / "eval" / "rubric_raw" / "step_000002.jsonl", raw)
+    [step] = held_out(Run(tmp_path / "r"))
+    assert step["step"] == 2 and [x["reply"] for x in step["replies"]] == ["one", "two"]
+    assert [x["disagree"] for x in step["replies"]] == [["b"], ["a"]]  # each reply its own re-graded verdicts

@@ -75,16 +75,19 @@ def held_out(run: Run) -> list[dict[str, Any]]:
     out = []
     for step, path in run.rollout_files("eval"):
         regraded = run.path / "eval" / "rubric_raw" / f"step_{step:06d}.jsonl"
-        again = {(r.get("prompt_id"), r.get("group"), r.get("reply")): r for r in read_jsonl(regraded)} \
-            if regraded.exists() else {}
+        again = iter(read_jsonl(regraded) if regraded.exists() else [])  # one record per reply, in file order
         replies = []
         for row in read_jsonl(path):
             if "proxy_verdicts" not in row:
+                for _ in row.get("replies") or []:  # keep the re-graded records in step with the rows
+                    next(again, None)
                 continue
             criteria = row.get("rubric_criteria") or []
             prompt = next((m.get("content", "") for m in reversed(row.get("prompt") or []) if m.get("role") == "user"), "")
             for k, text in enumerate(row.get("replies") or []):
-                rec = again.get((row.get("prompt_id"), row.get("group"), k), {})
+                rec = next(again, {})
+                if rec.get("prompt_id") != row.get("prompt_id"):
+                    rec = {}
                 proxy = rec.get("proxy", _at(row.get("proxy_verdicts"), k) or {})
                 gold = rec.get("gold", _at(row.get("gold_verdicts"), k))
                 failed = set(rec.get("proxy_failed", _at(row.get("proxy_failed"), k) or [])) | \
