@@ -210,9 +210,9 @@ def penalty_run(args, work: Path, out: Path, results: dict[str, Any]) -> None:
         run = work / "penalties" / "dynalize"
         shutil.copy(run / "metrics.jsonl", out / "penalty_metrics.jsonl")
         events = read_jsonl(run / "penalties.jsonl") if (run / "penalties.jsonl").exists() else []
-        last = run / "rollouts" / f"step_{args.penalty_steps - 1:06d}.jsonl"
+        last = run / "rollouts" / f"step_{args.penalty_steps:06d}.jsonl"  # steps count updates completed
         shutil.copy(last, out / "penalty_rollouts.jsonl")
-        first = read_jsonl(run / "rollouts" / "step_000000.jsonl")
+        first = read_jsonl(run / "rollouts" / "step_000001.jsonl")
         results["penalties"] = {
             "planted_word": planted_word([r["replies"][0] for r in first]),
             "added": [{k: e.get(k) for k in ("id", "title", "regex", "step", "proposed_at")}

@@ -81,13 +81,13 @@ def replay(run_dir: Path, cfg: LexicalConfig, every: int, view_steps: int, mode:
            features: list, base: list[str], verbose: bool = False) -> dict[str, Any]:
     proposer = LexicalProposer(cfg)
     views: dict[int, ProposerView] = {}
-    steps = len(read_jsonl(run_dir / "metrics.jsonl"))
+    steps = max((m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")), default=0)  # steps completed
     events = penalty_events(run_dir) if mode == "run" else []
     active: list[Penalty] = []
     retired: list[Penalty] = []
     accepted: list[dict[str, Any]] = []
     reference: list[ViewSample] = []
-    for step in range(steps):
+    for step in range(1, steps + 1):  # rollouts/step_N: the N-th step's batch (batch N - 1)
         v = batch_view(run_dir, step)
         if v is None:
             continue
@@ -99,7 +99,7 @@ def replay(run_dir: Path, cfg: LexicalConfig, every: int, view_steps: int, mode:
                     active.remove(p)
                     p.active = False
                     retired.append(p)
-        if step % every:
+        if (step - 1) % every:  # the proposer's schedule counts batches from 0
             continue
         if mode == "run":
             active, retired = run_buffer(events, step)

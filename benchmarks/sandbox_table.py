@@ -143,7 +143,7 @@ def finished(run_dir: Path, steps: int) -> bool:
     if not m.is_file():
         return False
     lines = m.read_text().splitlines()
-    return bool(lines) and json.loads(lines[-1])["step"] == steps - 1
+    return bool(lines) and json.loads(lines[-1])["step"] == steps  # steps count updates completed
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ def analyse(out: Path, seeds: list[int], features: list[Feature]) -> dict[str, A
             res["runs"][f"{arm}_s{seed}"] = eval_summary(out / f"{arm}_s{seed}", labels)
     for seed in seeds:
         run_dir = out / f"dynalize_s{seed}"
-        steps_logged = len(read_jsonl(run_dir / "metrics.jsonl"))
+        steps_logged = 1 + max((m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")), default=0)  # files 1..N
         pens = penalties_of(run_dir, features, base)
         prec = precision_of(pens, labels)
         oracle_dir = out / f"oracle_s{seed}"
@@ -292,11 +292,11 @@ def analyse(out: Path, seeds: list[int], features: list[Feature]) -> dict[str, A
         res["precision"][seed] = prec
         for p in pens:
             entry = p["events"][0][1]
-            before = [prevalence(p["regex"], batch_replies(run_dir, s)) for s in range(max(0, entry - 2), entry + 1)]
+            before = [prevalence(p["regex"], batch_replies(run_dir, s)) for s in range(max(1, entry - 2), entry + 1)]
             after = [prevalence(p["regex"], batch_replies(run_dir, s))
                      for s in range(entry + 10, min(steps_logged, entry + 20))]
             last = [prevalence(p["regex"], batch_replies(run_dir, s))
-                    for s in range(max(0, steps_logged - 5), steps_logged)]
+                    for s in range(max(1, steps_logged - 5), steps_logged)]
             p["prev_before"] = statistics.fmean(before) if before else float("nan")
             p["prev_at"] = prevalence(p["regex"], batch_replies(run_dir, entry))
             p["prev_after"] = statistics.fmean(after) if after else float("nan")

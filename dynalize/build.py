@@ -32,7 +32,8 @@ from .penalties.proposer import LLMProposer
 from .plugins import import_object
 from .rewards import PenaltyTerm, RewardTerm, RMTerm, RubricTerm
 from .rubrics.config import RubricJudgeConfig
-from .rubrics.criteria import RubricError, rubric_from_meta
+from .rubrics.criteria import Criterion, RubricError, rubric_from_meta
+from .rubrics.dropout import unmatched
 from .runlog import RunDir
 from .tasks.base import BUILTIN_TASKS, Task, build_task, task_class, task_prompts
 from .trackers import check_installed as check_trackers_installed
@@ -70,7 +71,7 @@ def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatM
     try:
         c = ChatModelConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(one_line(e, prefix="chat model config")) from None
+        raise ConfigError(one_line(e, prefix="chat model config", model=ChatModelConfig)) from None
     sampling = {"temperature": c.temperature, "max_tokens": c.max_tokens}
     if c.engine == "openai":
         if not c.base_url or not c.model:
@@ -80,7 +81,8 @@ def build_chat_model(cfg: ChatModelConfig | dict[str, Any] | BaseModel) -> ChatM
         return OpenAIChatModel(c.base_url, c.model, api_key_env=c.api_key_env, timeout=c.timeout,
                                max_retries=c.max_retries, max_concurrency=c.max_concurrency,
                                default_sampling=sampling, retry_wait=c.retry_wait,
-                               max_response_bytes=c.max_response_bytes)
+                               max_response_bytes=c.max_response_bytes, requests_per_minute=c.requests_per_minute,
+                               tokens_per_minute=c.tokens_per_minute)
     if c.engine == "hf":
         if not c.path:
             raise ConfigError("chat model config: the hf engine needs path (a model directory or tiny:<name>)")
@@ -158,8 +160,9 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
     p, j = cfg.proposer, cfg.judge
     if p.engine == "llm":
         assert p.chat is not None
-        dedup = chat_factory(p.dedup_chat) if p.dedup_chat else None
-        proposer: Any = LLMProposer(chat_factory(p.chat), p, dedup, require_regex=j.engine == "regex")
+        dedup = labelled(chat_factory(p.dedup_chat), "dedup") if p.dedup_chat else None
+        chat = labelled(chat_factory(p.chat), "proposer")
+        proposer: Any = LLMProposer(chat, p, dedup, require_regex=j.engine == "regex")
     else:
         try:
             proposer = LexicalProposer(p.lexical)
@@ -170,8 +173,14 @@ def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
                               "conversation (off_topic): it needs penalties.judge.context: true")
     judge: Judge = RegexJudge()
     if j.engine == "llm":
-        judge = Judge(judge_chat(j, chat_factory), j, domain=domain)
+        judge = Judge(judge_chat(j, chat_factory), j, domain=domain, role="penalty judge")
     return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
+
+
+def labelled(chat: ChatModel, role: str) -> ChatModel:
+    """`chat`, its warnings naming `role` (the proposer, dedup, ...)."""
+    chat.label = role
+    return chat
 
 
 def judge_chat(j: JudgeConfig, chat_factory=build_chat_model) -> ChatModel:
@@ -183,7 +192,7 @@ def judge_chat(j: JudgeConfig, chat_factory=build_chat_model) -> ChatModel:
 
 
 def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: bool = True,
-                         chat_factory=build_chat_model) -> Judge:
+                         chat_factory=build_chat_model, role: str = "proxy judge") -> Judge:
     """A judge of rubric criteria: local (regexes, then `predicate`) or an LLM, with the rubric or
     the penalty prompt, asking each reply as `cfg.protocol` says (batched, or a benchmark's way).
     `cache=False`: every verdict is asked anew (the gold judge)."""
@@ -193,10 +202,10 @@ def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: boo
     chat = judge_chat(cfg, chat_factory) if cfg.engine == "llm" else None
     prompt = RUBRIC_PROMPT if cfg.prompt == "rubric" else PENALTY_PROMPT
     if cfg.protocol == "healthbench":
-        return HealthBenchJudge(chat, cfg, domain=domain, attempts=cfg.attempts)
+        return HealthBenchJudge(chat, cfg, domain=domain, attempts=cfg.attempts, role=role)
     if cfg.protocol == "researchqa":
-        return ResearchQAJudge(chat, cfg, domain=domain, attempts=cfg.attempts, batch_size=cfg.batch_size)
-    return Judge(chat, cfg, domain=domain, predicate=predicate, prompt=prompt)
+        return ResearchQAJudge(chat, cfg, domain=domain, attempts=cfg.attempts, batch_size=cfg.batch_size, role=role)
+    return Judge(chat, cfg, domain=domain, predicate=predicate, prompt=prompt, role=role)
 
 
 def check_rubrics(cfg: RunConfig, task: Task) -> None:
@@ -205,6 +214,7 @@ def check_rubrics(cfg: RunConfig, task: Task) -> None:
     r = cfg.rubric
     judges = [("rubric.judge", r.judge)] + ([("rubric.gold_judge", r.gold_judge)] if r.gold_judge else [])
     undecidable = [name for name, j in judges if j.engine == "local" and not j.predicate]
+    trained: list[Criterion] = []
     for split in ["train", "eval"] if cfg.eval_every else ["train"]:
         for p in task_prompts(task, cfg.task.name, split):  # type: ignore[arg-type]
             try:
@@ -214,11 +224,16 @@ def check_rubrics(cfg: RunConfig, task: Task) -> None:
             if found is None:
                 raise ConfigError(f"config error: rubric.enabled needs prompts with a rubric, but task "
                                   f"{cfg.task.name!r} {split} prompt {p.id!r} has no meta['rubric']")
+            if split == "train":
+                trained += found
             bare = next((c for c in found if not c.regex), None)
             if undecidable and bare is not None:
                 raise ConfigError(f"config error: {undecidable[0]} is local without a predicate, so it decides only "
                                   f"criteria with a regex, but prompt {p.id!r} criterion {bare.id!r} has none: set "
                                   f"{undecidable[0]}.predicate, or engine: llm with a chat model")
+    d = r.dropout
+    if problem := unmatched(d.protected_ids, d.protected_tags, d.id_rates, d.tag_rates, trained):
+        raise ConfigError(f"config error: {problem}")
 
 
 def build_rubric_term(cfg: RunConfig, task: Task, chat_factory=build_chat_model) -> RubricTerm:
@@ -232,7 +247,8 @@ def build_rubric_term(cfg: RunConfig, task: Task, chat_factory=build_chat_model)
     judge = build_criteria_judge(r.judge, domain=task.description, chat_factory=chat_factory)
     gold = None
     if r.gold_judge is not None:
-        gold = build_criteria_judge(r.gold_judge, domain=task.description, cache=False, chat_factory=chat_factory)
+        gold = build_criteria_judge(r.gold_judge, domain=task.description, cache=False, chat_factory=chat_factory,
+                                    role="gold judge")
     return RubricTerm(r, judge, gold, steps=cfg.steps)
 
 

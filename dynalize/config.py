@@ -329,7 +329,7 @@ def validate(data: dict[str, Any]) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(one_line(e)) from None
+        raise ConfigError(one_line(e, model=RunConfig)) from None
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from . import grpo
 from .backends.base import Generator, Learner, SamplingParams
 from .checkpoint import save_checkpoint
 from .config import RunConfig
+from .cost import TokenMeter
 from .errors import RunStopped
 from .hooks import optional, owner_name, unwrap_hook_errors, user_code
 from .judge.stats import FailureWindow
@@ -94,6 +95,17 @@ def set_advantages(batch: Batch, std_normalize: bool) -> None:
             r.advantage = x
 
 
+STEP_FIELDS = ("step", "proposed_at")
+"""Fields of a term's events that name a batch (terms count batches from 0)."""
+
+
+def step_labelled(event: dict[str, Any], batch: int) -> dict[str, Any]:
+    """A term's event (`batch` when it names none) with its batch numbers as the step they happened
+    in (batch k is step k + 1: the convention of every output, training steps completed)."""
+    out = {"step": batch, **event}
+    return {k: v + 1 if k in STEP_FIELDS and isinstance(v, int) else v for k, v in out.items()}
+
+
 def _stats(name: str, values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -138,6 +150,7 @@ class Orchestrator:
         self.worker: GenerationWorker | None = None
         self.last_checkpoint: Path | None = None  # written by this process (its manifest hashed as it was)
         self.trackers = Trackers(cfg)  # report_to: TensorBoard, W&B, Trackio, MLflow
+        self.tokens = TokenMeter({role: chat for t in parts.terms for role, chat in t.chat_models().items()})
 
     # --- resumable state --------------------------------------------------------------------------
 
@@ -155,6 +168,7 @@ class Orchestrator:
             "dropped_total": self.dropped_total,
             "left_out_total": self.left_out_total,
             "eval_rows": self.eval_rows,
+            "tokens": self.tokens.state_dict(),
             "terms": {t.name: t.state_dict() for t in p.terms},
             "inflight": inflight,
         }
@@ -165,6 +179,7 @@ class Orchestrator:
         self.dropped_total = state["dropped_total"]
         self.left_out_total = state.get("left_out_total", 0)
         self.eval_rows = state.get("eval_rows", 0)
+        self.tokens.load_state_dict(state.get("tokens", {}))
         self._generator_version = state["generator_version"]
         self._restored = {int(k): [[rollout_from_state(r) for r in g] for g in groups]
                           for k, groups in state.get("inflight", {}).items()}
@@ -191,8 +206,11 @@ class Orchestrator:
             self.worker = GenerationWorker(tg)
             if self._generator_version is not None:  # resumed: the generator samples the saved policy
                 await p.generator.update_weights(p.learner.policy_state(), self._generator_version)
-            if self.eval_prompts and self.next_step == 0:
-                await self.worker.submit(lambda: self.evaluate(0)).wait()
+            if self.eval_prompts and self.next_step == 0:  # step 0: before any training, in metrics.jsonl too
+                first = {"step": 0, **await self.worker.submit(lambda: self.evaluate(0, 0)).wait(),
+                         **self.tokens.metrics()}
+                p.run.log_metrics(first)
+                self.trackers.log_step(first, {}, [])
             with _progress(cfg) as bar:
                 task = bar.add_task("training", total=cfg.steps, completed=self.next_step, info="")
                 while self.next_step < cfg.steps:
@@ -207,7 +225,7 @@ class Orchestrator:
         """One training step: the phases of the module docstring."""
         cfg, p, step = self.p.cfg, self.p, self.next_step
         timer = PhaseTimer()
-        record: dict[str, Any] = {"step": step}
+        record: dict[str, Any] = {"step": step + 1}  # steps completed once this one is: what it is labelled
         with timer("step"):
             with timer("collect"):
                 batch, gen_time = await self.collect(step, record)
@@ -239,15 +257,17 @@ class Orchestrator:
                 record.update(term.metrics())
             if self.eval_prompts and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
                 with timer("eval"):
-                    record.update(await self.worker.submit(lambda: self.evaluate(version)).wait())
+                    record.update(await self.worker.submit(lambda: self.evaluate(step + 1, version)).wait())
         tokens = sum(len(r.completion_ids) for r in rollouts)
         seconds = timer.seconds
+        record.update(self.tokens.metrics())  # the API-backed models' tokens, this step's evaluation included
         record.update({
             **timer.metrics(), "time/generate": gen_time, "time/weight_sync": sync_time,
             "time/wait_for_generation": seconds["sync"] - sync_time,
             "rollouts_per_s": len(rollouts) / seconds["step"], "tokens_per_s": tokens / seconds["step"],
         })
-        p.run.log_rollouts(step, rollouts)
+        p.run.log_rollouts(step + 1, rollouts)
+        events = {name: [step_labelled(e, step) for e in lines] for name, lines in events.items()}
         for name, lines in events.items():
             p.run.log_events(name, lines)
         p.run.log_metrics(record)
@@ -259,8 +279,8 @@ class Orchestrator:
         if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
         if stop:
-            log.error("run.stopped", step=step, reason=stop)
-            raise RunStopped(f"{stop} (stopped after step {step}; checkpoint written: fix the cause, then "
+            log.error("run.stopped", step=step + 1, reason=stop)
+            raise RunStopped(f"{stop} (stopped after step {step + 1}; checkpoint written: fix the cause, then "
                              f"--resume {p.run.root})")
         return record
 
@@ -348,9 +368,11 @@ class Orchestrator:
         return SamplingParams(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
                               min_p=g.min_p, seed=derived_seed(self.p.cfg.seed, *seed_parts))
 
-    async def evaluate(self, version: int) -> dict[str, float]:
-        """Held-out replies from the current policy, scored by the task (e.g. sandbox gold), the RM, and
-        each term's own evaluation (`RewardTerm.evaluate`: the rubric term's proxy/gold measurement)."""
+    async def evaluate(self, step: int, version: int | None = None) -> dict[str, float]:
+        """Held-out replies from the current policy (after `step` training steps; its weights' `version`,
+        by default `step`), scored by the task (e.g. sandbox gold), the RM, and each term's own
+        evaluation (`RewardTerm.evaluate`: the rubric term's proxy/gold measurement)."""
+        version = step if version is None else version
         n = self.p.cfg.eval_samples
         groups = await sample_groups(self.p.generator, self.p.tokenizer, self.p.task, self.eval_prompts, n,
                                      self.sampling("eval"))
@@ -363,16 +385,16 @@ class Orchestrator:
                 task.evaluate, conversations=[r.conversation for r in rollouts]))
             if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
                 raise TypeError(f"returned {metrics!r:.80}, not a dict of metric name → number")
-        batch = Batch(version, groups)
+        batch = Batch(step, groups)
         rm = self.p.term("rm")
         if rm is not None:
             await score_batch([rm], batch)
             metrics = {**metrics, "rm": statistics.fmean(r.scores["rm"] for r in rollouts)}
         for term in self.p.terms:  # e.g. the rubric term's proxy/gold measurement
             metrics.update(await term.evaluate(batch))
-        append_jsonl(self.p.run.eval_path, {"version": version, **metrics})
+        append_jsonl(self.p.run.eval_path, {"step": step, "version": version, **metrics})
         self.eval_rows += 1
-        self.p.run.log_rollouts(version, rollouts, name="eval")
+        self.p.run.log_rollouts(step, rollouts, name="eval")
         return {f"eval/{k}": v for k, v in metrics.items()}
 
     async def checkpoint(self) -> None:

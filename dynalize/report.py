@@ -201,19 +201,24 @@ def parse_rubric_args(argv: list[str]) -> argparse.Namespace:
 
 
 def rubric_report(args: argparse.Namespace) -> dict[str, Any]:
-    from .analysis.rubrics import anchor_cells, criteria_cells, matched_cells, rubric_run, summary_cells
+    from .analysis.rubrics import anchor_cells, cost_cells, criteria_cells, judge_cells, judge_labels, matched_cells, \
+        rubric_run, summary_cells
 
     runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
     base = baseline_index(runs, args.baseline)
     window = tuple(args.window) if args.window else None
     measured = [rubric_run(r, window) for r in runs]  # type: ignore[arg-type]
     end = f"steps {window[0]}–{window[1]}" if window else "the last quarter of evaluations"
-    sections = [(f"Held-out gold and proxy (End = {end})", summary_cells(measured)),
-                (f"Matched checkpoints: gold per evaluation, wins vs {measured[base].name}",
-                 matched_cells(measured, base)),
-                (f"Per criterion and tag: met rate, proxy / gold (End = {end})", criteria_cells(measured)),
-                ("Reviewers' check: gold on the first evaluation's replies, re-graded at every evaluation",
-                 anchor_cells(measured))]
+    sections = [(f"Held-out gold and proxy (End = {end})", summary_cells(measured))]
+    if any(judge_labels(r) for r in runs):  # a second gold judge graded the same replies
+        sections.append((f"Gold per judge, the same replies (End = {end})", judge_cells(runs, window)))
+    sections += [(f"Matched checkpoints: gold per evaluation, wins vs {measured[base].name}",
+                  matched_cells(measured, base)),
+                 (f"Per criterion and tag: met rate, proxy / gold (End = {end})", criteria_cells(measured)),
+                 ("Reviewers' check: gold on the first evaluation's replies, re-graded at every evaluation",
+                  anchor_cells(measured))]
+    if (cost := cost_cells(runs))[1]:  # API-backed judges: what the run spent
+        sections.append(("Judge cost: tokens over the run, per API-backed role", cost))
     out = Path(args.out) if args.out else runs[0].path / "plots"
     out.mkdir(parents=True, exist_ok=True)
     md = ["# dynalize rubric report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]

@@ -10,7 +10,9 @@ code raising) with its traceback; 2 bad input (one line: a config, a task, data,
 already in use, a resume that would change what the run is, no intact checkpoint, a full disk or
 a read-only folder), before anything is written or without damaging anything earlier; 3 the run
 stopped itself (one line: a judge that keeps failing, too many rollouts left out; a checkpoint
-was written, `--resume` continues); 4 finished with a held-out measurement incomplete; 130
+was written, `--resume` continues); 4 the run finished but a held-out measurement is incomplete
+(the last line names the judge and how many replies it failed on; `python -m dynalize.eval --run
+RUN --bench rubric` grades them again); 130
 interrupted.
 """
 
@@ -35,9 +37,11 @@ from rich.table import Table
 
 from .checkpoint import checkpoints, resume_from
 from .config import ConfigError, RunConfig, config_yaml, dump_config, load_config
+from .cost import cost_lines
 from .errors import RunStopped
 from .hooks import HookError
 from .resume import freeze_derived, resume_config, steps_problem
+from .rubrics.protocol import missing_verdicts
 from .runlog import RunDir, filesystem_problem, read_jsonl
 
 DEFAULT_CONFIG = Path(__file__).parent / "assets" / "default.yaml"
@@ -204,7 +208,19 @@ async def train(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",
     return history
 
 
-def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
+def incomplete_measurements(run_dir: Path) -> list[str]:
+    """What the run's held-out evaluations miss (a judge's failed verdicts), one line per judge;
+    evaluations re-graded complete since (eval/rubric.jsonl) are not missing."""
+    run = RunDir(run_dir)
+    if not run.eval_path.exists():
+        return []
+    regraded_path = run.eval_path.parent / "rubric.jsonl"
+    regraded = {r.get("step"): bool(r.get("complete")) for r in read_jsonl(regraded_path)} \
+        if regraded_path.exists() else {}
+    return missing_verdicts(read_jsonl(run.eval_path), regraded)
+
+
+def summary_table(cfg: RunConfig, history: list[dict[str, Any]], missing: list[str] | None = None) -> Table:
     t = Table(title=f"dynalize run {cfg.name!r}  ({cfg.run_dir})")
     t.add_column("metric")
     t.add_column("first", justify="right")
@@ -214,8 +230,10 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
     rows = ["reward/mean", "rm/mean", "rubric/masked", "rubric/full", "gen_len/mean", "loss", *eval_keys,
             "penalties/active"]
     first, last = history[0], history[-1]
+    logged = RunDir(cfg.run_dir).metrics_path
+    before = [h for h in read_jsonl(logged) if h.get("step") == 0] if logged.exists() else []  # step 0's evaluation
     for key in rows:
-        evals = [h[key] for h in history if key in h]
+        evals = [h[key] for h in before + history if key in h and isinstance(h[key], int | float)]
         if evals:
             t.add_row(key, f"{evals[0]:.3f}", f"{evals[-1]:.3f}")
     steps = len(history)
@@ -227,6 +245,10 @@ def summary_table(cfg: RunConfig, history: list[dict[str, Any]]) -> Table:
         if of in last:
             n, total = int(last[failed]), int(last[of])
             t.add_row(f"{what} (total)", "", f"{n} of {total} ({n / total:.1%})" if total else "0 of 0")
+    for role, spent in cost_lines(last):
+        t.add_row(f"tokens: {role} (total)", "", spent)
+    if any("eval/rubric/replies" in h for h in history) or missing:
+        t.add_row("held-out measurement", "", "INCOMPLETE: " + "; ".join(missing) if missing else "complete")
     t.add_row("rollouts/s (mean)", "", f"{statistics.fmean(h['rollouts_per_s'] for h in history):.1f}")
     t.add_row("step time s (mean)", "", f"{statistics.fmean(h['time/step'] for h in history):.2f} × {steps}")
     return t
@@ -268,8 +290,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
             return 2
         raise
+    missing = incomplete_measurements(cfg.run_dir)
     if history:
-        Console().print(summary_table(cfg, history))
+        Console().print(summary_table(cfg, history, missing))
+    if missing:
+        print(f"incomplete: the run finished but its held-out measurement is not: {'; '.join(missing)}; grade "
+              f"them again with python -m dynalize.eval --run {cfg.run_dir} --bench rubric", file=sys.stderr)
+        return 4
     return 0
 
 

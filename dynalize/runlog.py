@@ -133,13 +133,14 @@ class RunDir:
             append_jsonl(self.root / f"{name}.jsonl", e)
 
     def truncate(self, from_step: int, eval_rows: int | None = None, event_logs: Sequence[str] = ()) -> None:
-        """On resume: forget the lines of steps ≥ from_step (they run again) in metrics.jsonl and
-        the event logs `<name>.jsonl` of `event_logs` (the run's reward terms), and the held-out
-        evaluations after the first `eval_rows` (None: keep them all). Only these files, named
-        explicitly, are rewritten: anything else in the folder is not the run's."""
+        """On resume after `from_step` completed steps: forget the lines of later steps (labelled
+        from_step + 1 on: they run again) in metrics.jsonl and the event logs `<name>.jsonl` of
+        `event_logs` (the run's reward terms), and the held-out evaluations after the first
+        `eval_rows` (None: keep them all). Only these files, named explicitly, are rewritten:
+        anything else in the folder is not the run's."""
         for path in (self.metrics_path, *(self.root / f"{name}.jsonl" for name in dict.fromkeys(event_logs))):
             if path.is_file():
-                write_jsonl_atomic(path, [r for r in read_jsonl(path) if r.get("step", -1) < from_step])
+                write_jsonl_atomic(path, [r for r in read_jsonl(path) if r.get("step", -1) <= from_step])
         if eval_rows is not None and self.eval_path.exists():
             write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
 

@@ -1,10 +1,12 @@
 """Experiment trackers (`report_to`): TensorBoard, Weights & Biases, Trackio and MLflow.
 
 What a run sends them: the resolved config as hyper-parameters (flattened, `trainer.lr`); every
-number of each metrics.jsonl line at its step (nested ones flattened: `staleness/1`); the reward
-terms' events (penalties added, retired, revived) as a table that grows as they come; and a small
-table of sample rollouts (prompt, reply, RM score, penalties triggered, reward) every `eval_every`
-steps and at the last step.
+number of each metrics.jsonl line at its step (nested ones flattened: `staleness/1`; step 0 is the
+evaluation before training); the reward terms' events (penalties added, retired, revived) as a
+table that grows as they come; and a small table of sample rollouts (prompt, reply, then the RM
+score, the penalties triggered, the rubric scores masked and full with the kept criteria met and
+the dropped ones, each only where the run has that term, and the reward) every `eval_every` steps
+and at the last step.
 
 Accelerate's tracker classes start each library, store the config and log the numbers. Tables go
 to each library's own table, which Accelerate has no common call for: `wandb.Table`,
@@ -29,7 +31,9 @@ MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio",
 """The module each tracker needs (all installed by `pip install -e ".[trackers]"`)."""
 SAMPLE_ROWS = 8
 """Rollouts in each sample table: the first of each of the batch's first prompts."""
-SAMPLE_COLUMNS = ["step", "prompt", "reply", "rm", "penalties triggered", "reward"]
+SAMPLE_COLUMNS = ["step", "prompt", "reply", "rm", "penalties triggered", "rubric (masked)", "rubric (full)",
+                  "criteria met", "dropped", "reward"]
+"""Every column a sample table can have; a table has those its rollouts carry (`sample_columns`)."""
 EVENT_COLUMNS = ["step", "term", "event", "id", "title", "description", "regex", "reason"]
 
 
@@ -53,17 +57,50 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
 
 
+def sample_columns(rollouts: list[dict[str, Any]]) -> list[str]:
+    """The sample table's columns for a step's rollout lines: `rm` only with an RM, the triggered
+    penalties only with the penalty term, the rubric columns only with the rubric term."""
+    has = {"rm": any("rm" in (r.get("scores") or {}) for r in rollouts),
+           "penalties triggered": any("verdicts" in r for r in rollouts)}
+    rubric = any("rubric_verdicts" in r for r in rollouts)
+    has.update(dict.fromkeys(("rubric (masked)", "rubric (full)", "criteria met", "dropped"), rubric))
+    return [c for c in SAMPLE_COLUMNS if has.get(c, True)]
+
+
+def _cell(r: dict[str, Any], column: str, step: int) -> Any:
+    if column == "step":
+        return step
+    if column == "prompt":
+        return next((m["content"] for m in reversed(r["prompt"]) if m["role"] == "user"), "")
+    if column == "reply":
+        return "\n\n".join(r["replies"])
+    if column == "rm":
+        return (r.get("scores") or {}).get("rm")
+    if column == "penalties triggered":
+        return ", ".join(pid for pid, hit in (r.get("verdicts") or {}).items() if hit)
+    if column == "rubric (masked)":
+        return r.get("rubric_score")
+    if column == "rubric (full)":
+        return r.get("rubric_full")
+    if column == "criteria met":  # over the kept criteria, per reply
+        dropped = set(r.get("rubric_dropped") or ())
+        return "; ".join(f"{sum(bool(v) for k, v in verdicts.items() if k not in dropped)} of "
+                         f"{sum(k not in dropped for k in verdicts)}" for verdicts in r.get("rubric_verdicts") or [])
+    if column == "dropped":
+        return ", ".join(r.get("rubric_dropped") or ())
+    return r.get(column)
+
+
 def sample_rows(step: int, rollouts: list[dict[str, Any]], n: int = SAMPLE_ROWS) -> list[list[Any]]:
-    """One row per prompt (its first rollout), for the first `n` prompts of a step's rollout lines."""
+    """One row per prompt (its first rollout), for the first `n` prompts of a step's rollout lines,
+    in the columns of `sample_columns`."""
+    columns = sample_columns(rollouts)
     rows, seen = [], set()
     for r in rollouts:
         if r["prompt_id"] in seen or len(rows) == n:
             continue
         seen.add(r["prompt_id"])
-        prompt = next((m["content"] for m in reversed(r["prompt"]) if m["role"] == "user"), "")
-        triggered = [pid for pid, hit in (r.get("verdicts") or {}).items() if hit]
-        rows.append([step, prompt, "\n\n".join(r["replies"]), r["scores"].get("rm"), ", ".join(triggered),
-                     r["reward"]])
+        rows.append([_cell(r, c, step) for c in columns])
     return rows
 
 
@@ -116,9 +153,10 @@ class Trackers:
         if rows := event_rows(step, events):
             self.events += rows
             self.table("events", EVENT_COLUMNS, self.events, step)
-        every, last = self.cfg.eval_every, step + 1 == self.cfg.steps
-        if last or (every and (step + 1) % every == 0):
-            self.table("samples", SAMPLE_COLUMNS, sample_rows(step, [r.record(step) for r in rollouts]), step)
+        every, last = self.cfg.eval_every, step == self.cfg.steps
+        if rollouts and (last or (every and step % every == 0)):
+            lines = [r.record(step) for r in rollouts]
+            self.table("samples", sample_columns(lines), sample_rows(step, lines), step)
 
     def table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
         """A table in each tracker, in the library's own form."""

@@ -107,6 +107,8 @@ class Rollout:
 
     def record(self, step: int) -> dict[str, Any]:
         """The JSON-ready line written to rollouts/step_NNNNNN.jsonl."""
+        left_out = bool(self.info.get("left_out"))
+        unknown = set(self.info.get("unscored") or ())
         return {
             "step": step,
             "prompt_id": self.prompt_id,
@@ -121,9 +123,10 @@ class Rollout:
             "policy_tokens": int(sum(self.loss_mask)),
             "truncated": self.truncated,
             **self.info,
-            "scores": self.scores,
-            "reward": self.reward,
-            "advantage": self.advantage,
+            # a rollout left out of the update has no known reward: null, never a 0.0 read as one
+            "scores": {k: None if k in unknown else v for k, v in self.scores.items()},
+            "reward": None if left_out else self.reward,
+            "advantage": None if left_out else self.advantage,
         }
 
 

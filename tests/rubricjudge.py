@@ -39,3 +39,19 @@ def broken_for_some(messages) -> str:
     if hashlib.sha256(user.replace(nonce, "").encode()).digest()[0] % 2 == 0:
         return "I cannot judge this reply."
     return json.dumps({k: True for k, _ in keys})
+
+
+def lenient_or_nothing(messages) -> str:
+    """A proxy that gives no verdicts on about half of the rubrics (by their first criterion's text:
+    those groups are left out), lenient's on the others."""
+    keys, reply = _listed(messages[:2])  # the first question, also when asked again
+    if sum(map(ord, keys[0][1])) % 2:
+        return "no verdicts today"
+    return json.dumps({k: len(reply.split()) > 3 for k, _ in keys})
+
+
+def odd_keys(messages) -> str:
+    """A judge that marks met exactly the criteria listed at odd positions (c1, c3, ...): it disagrees
+    with any other rule on some criterion of every rubric of two or more criteria."""
+    keys, _ = _listed(messages[:2])
+    return json.dumps({k: int(k[1:]) % 2 == 1 for k, _ in keys})

@@ -100,7 +100,7 @@ def test_example_runs_as_written(name, tmp_path):
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     metrics = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
-    assert len(metrics) == 2
+    assert len(metrics) == 3  # the evaluation before training (step 0), then steps 1 and 2
     evals = read_jsonl(tmp_path / name / "eval" / "task.jsonl")
     metric = {"haiku": "form", "tutor": "convinced"}[name]
     assert len(evals) == 2 and metric in evals[0]  # the task's own evaluate() ran (steps 0 and 2)
@@ -159,7 +159,7 @@ def test_arithmetic_yaml_runs_as_shown(arithmetic, capsys):
     out = capsys.readouterr()
     assert code == 0, out.err[-2000:]
     evals = read_jsonl(arithmetic / "runs" / "arithmetic" / "eval" / "task.jsonl")
-    assert [sorted(e) for e in evals] == [["accuracy", "rm", "version"]] * 3
+    assert [sorted(e) for e in evals] == [["accuracy", "rm", "step", "version"]] * 3
     assert "eval/accuracy" in out.out
     for line in read_jsonl(arithmetic / "runs" / "arithmetic" / "rollouts" / "step_000001.jsonl"):
         assert line["rm_score"] in (0.0, 1.0)

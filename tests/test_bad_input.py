@@ -127,7 +127,7 @@ def test_overwrite_moves_the_earlier_run_aside_whole(tmp_path, earlier, capsys):
     assert main(["--overwrite", *toy(tmp_path)]) == 0
     [aside] = [p for p in earlier.parent.iterdir() if p.name.startswith("run.replaced-")]
     assert snapshot(aside) == before
-    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [0, 1]  # a fresh run, not appended
+    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [1, 2]  # a fresh run, not appended
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
@@ -149,7 +149,7 @@ def test_config_with_resume_is_used_and_checked(tmp_path, earlier, capsys):
     same = tmp_path / "same.yaml"
     same.write_text(saved.replace("steps: 2", "steps: 3"))
     assert main(["--resume", str(earlier), "--config", str(same)]) == 0  # the file's steps=3 was used
-    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [0, 1, 2]
+    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [1, 2, 3]
 
 
 def test_no_intact_checkpoint_is_one_line(tmp_path, earlier, capsys):

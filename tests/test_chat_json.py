@@ -182,7 +182,8 @@ def test_build_chat_model_errors_are_one_line(cfg, message):
 def test_config_fields_are_documented():
     assert set(ChatModelConfig.model_fields) == {
         "engine", "model", "base_url", "api_key_env", "path", "timeout", "max_retries",
-        "max_concurrency", "temperature", "max_tokens", "retry_wait", "max_response_bytes"}
+        "max_concurrency", "temperature", "max_tokens", "retry_wait", "max_response_bytes", "requests_per_minute",
+        "tokens_per_minute"}
     assert all(f.description for f in ChatModelConfig.model_fields.values())
     assert ChatModelConfig().model_dump()["api_key_env"] == "OPENAI_API_KEY"
 

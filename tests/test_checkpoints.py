@@ -115,8 +115,8 @@ def test_a_damaged_latest_checkpoint_is_skipped_for_the_previous_intact_one(thre
     assert "step_000003" in err and ("checkpoint.damaged" in err or "checkpoint.unloadable" in err), err
     assert "Traceback" not in err and not (run / "checkpoints" / "PWNED").exists()
     resumed = read_jsonl(run / "metrics.jsonl")
-    same_steps(resumed[:3], metrics)  # step 2 ran again from checkpoint 2, exactly as the first time
-    assert resumed[3]["step"] == 3
+    same_steps(resumed[:3], metrics)  # step 3 ran again from checkpoint 2, exactly as the first time
+    assert resumed[3]["step"] == 4
 
 
 @pytest.mark.slow
@@ -130,7 +130,7 @@ def test_a_checkpoint_cut_off_mid_write_is_ignored(three_steps, tmp_path, capsys
     _truncate(partial / "train_state" / "optimizer.bin")
     assert main(["--resume", str(run), "steps=4"]) == 0
     assert "damaged" not in capsys.readouterr().err
-    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
 def test_a_crafted_legacy_rng_file_runs_no_code(three_steps, tmp_path):
@@ -187,7 +187,7 @@ def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
     why = f"seed {seed}, killed after these many metric lines: {kills}"
     assert len(kills) >= 2, why
     killed, straight = read_jsonl(run / "metrics.jsonl"), read_jsonl(tmp_path / "straight" / "metrics.jsonl")
-    assert [m["step"] for m in killed] == list(range(steps)), why
+    assert [m["step"] for m in killed] == list(range(1, steps + 1)), why
     same_steps(killed, straight)
     weights = [hashlib.sha256((r / "checkpoints" / f"step_{steps:06d}" / "policy" / "model.safetensors")
                               .read_bytes()).hexdigest() for r in (run, tmp_path / "straight")]
@@ -202,7 +202,7 @@ def test_resume_trims_held_out_evaluations_like_metrics(tmp_path):
     shutil.rmtree(run / "checkpoints" / "step_000002")  # as if killed before it was written
     assert main(["--resume", str(run)]) == 0  # step 1 and its evaluation run again
     assert [e["version"] for e in read_jsonl(run / "eval" / "task.jsonl")] == [0, 1, 2]
-    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2]  # the step-0 evaluation, then 2 steps
 
 
 def test_resume_rewrites_only_the_runs_own_files(three_steps, tmp_path):
@@ -233,7 +233,7 @@ def test_a_checkpoint_from_before_manifests_loads_with_one_line_saying_so(three_
     assert main(["--resume", str(run), "steps=4"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint.unverified" in line]
     assert len(lines) == 1 and "from before manifests" in lines[0] and "step_000003" in lines[0]
-    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]
 
 
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_scratch_as_the_same_run(three_steps, tmp_path, capsys):

@@ -31,7 +31,7 @@ def test_two_process_ddp_matches_one_process(toy_overrides, tmp_path):
     assert ddp.returncode == 0, ddp.stderr[-2000:]
     one = read_jsonl(tmp_path / "one" / "metrics.jsonl")
     two = read_jsonl(tmp_path / "two" / "metrics.jsonl")
-    assert [m["step"] for m in two] == [0, 1, 2]  # one orchestrator: each step logged once
+    assert [m["step"] for m in two] == [1, 2, 3]  # one orchestrator: each step logged once
     assert {m["processes"] for m in one} == {1.0} and {m["processes"] for m in two} == {2.0}
     for a, b in zip(one, two):  # the same global batch: the same rollouts and token counts
         assert b["loss_tokens"] == a["loss_tokens"]

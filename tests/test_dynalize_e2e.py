@@ -10,7 +10,7 @@ every batch. Runs are seeded, so the real runs sample (nearly) the probe's batch
 With 8 prompts × 8 samples and a view of the whole batch (8 groups × 8), every carrier of the
 word in a mixed group is a positive-advantage sample and every non-carrier a negative one, so
 the word is the one feature with prevalence difference 1.0 and a Fisher p far below 5e-4. The
-proposal starts at step 0, the penalty enters at the next step and is judged from there on.
+proposal starts in step 1, the penalty enters at the next step and is judged from there on.
 lr is tiny, so the policy barely moves and the word stays about as common (the penalty is not
 retired for lack of triggers).
 """
@@ -115,7 +115,7 @@ def planted_word(tmp_path_factory) -> str:
     """
     probe = run(tmp_path_factory.mktemp("probe"), "probe", "", enabled=False)
     per_batch = []
-    for step in range(STEPS):
+    for step in range(1, STEPS + 1):  # step k's rollouts: batch k - 1
         replies = [r["replies"][0] for r in read_jsonl(probe / "rollouts" / f"step_{step:06d}.jsonl")]
         per_batch.append(Counter(w for t in replies for w in words(t) if w not in STOP_WORDS))
     word = min(per_batch[0], key=lambda w: (-min(c[w] for c in per_batch), -per_batch[0][w], w))
@@ -132,14 +132,14 @@ def test_lexical_proposer_adds_penalty_and_regex_judge_applies_it(planted_word, 
     adds = [e for e in events if e["event"] == "add"]
     assert adds, f"no penalty was added; events: {events}"
     add = adds[0]
-    assert add["regex"] and add["proposed_at"] == 0
+    assert add["regex"] and add["proposed_at"] == 1  # proposed in step 1
     pattern = regex.compile(add["regex"])  # the judge's engine
     assert pattern.search(f"so {planted_word} it is"), (add["title"], planted_word)  # it found the planted word
     pid, at = add["id"], add["step"]
-    assert at == 1  # applies from the batch after the proposal (sync: never later)
+    assert at == 2  # applies from the batch after the proposal (sync: never later)
 
     checked = 0
-    for step in range(at, STEPS):
+    for step in range(at, STEPS + 1):
         lines = read_jsonl(root / "rollouts" / f"step_{step:06d}.jsonl")
         assert len(lines) == 64
         hits = 0
@@ -158,10 +158,10 @@ def test_lexical_proposer_adds_penalty_and_regex_judge_applies_it(planted_word, 
     assert checked >= 5
 
     metrics = read_jsonl(root / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == list(range(STEPS))
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))  # eval_every=0: no step-0 row
     for m in metrics:
         assert m["penalties/active"] >= (1 if m["step"] >= at else 0), m["step"]
-    assert metrics[at]["penalties/adds"] == 1
+    assert metrics[at - 1]["penalties/adds"] == 1
     assert metrics[0]["proposer/started"] == 1
 
 
@@ -171,7 +171,7 @@ def test_same_run_with_penalties_disabled_is_rm_only(planted_word, tmp_path):
 
     assert not (root / "penalties.jsonl").exists()
     rewarded = 0
-    for step in range(STEPS):
+    for step in range(1, STEPS + 1):
         for r in read_jsonl(root / "rollouts" / f"step_{step:06d}.jsonl"):
             assert "verdicts" not in r and "violations" not in r  # no penalty term at all
             assert r["scores"] == {"rm": r["rm_score"]} and r["reward"] == r["rm_score"]

@@ -168,7 +168,7 @@ def test_flaky_api_run_finishes_and_counts_exactly_the_verdicts_never_given(tmp_
         assert main(["--resume", str(run), "steps=6"]) == 0, capsys.readouterr().err[-3000:]
     out = capsys.readouterr().out
     metrics = read_jsonl(run / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == list(range(6))
+    assert [m["step"] for m in metrics] == list(range(1, 7))
     assert all(m["judge/verdicts"] > 0 for m in metrics[1:])
     assert all(plan.injected[f] >= 1 for f in TRANSIENT) and plan.injected["persistent"] >= 1, plan.injected
 
@@ -241,13 +241,13 @@ def test_judge_down_stops_the_run_within_a_bounded_step_time_then_resumes(tmp_pa
         for m in steps:
             assert m["left_out"] == 16 and "loss" not in m  # no update from unjudged rollouts
             assert m["judge/failed_verdicts"] == 16
-        ckpt = run / "checkpoints" / f"step_{steps[-1]['step'] + 1:06d}"
+        ckpt = run / "checkpoints" / f"step_{steps[-1]['step']:06d}"  # the row's step: steps completed
         assert (ckpt / "manifest.json").exists()
 
         fixed = f"penalties.judge.chat.base_url={json.dumps(proposer_server.base_url)}"
         assert main(["--resume", str(run), fixed]) == 0
     metrics = read_jsonl(run / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == list(range(6))
+    assert [m["step"] for m in metrics] == list(range(1, 7))
     assert all(m.get("left_out", 0) == 0 for m in metrics if m["step"] > steps[-1]["step"])
 
 

@@ -110,8 +110,8 @@ def test_gpu_check_dry_run_measures_both_frameworks_and_penalties(tmp_path):
 
     pen = results["penalties"]
     added = pen["added"]
-    assert added and added[0]["proposed_at"] == 0 and added[0]["step"] in (1, 2), added  # in the background
-    at = added[0]["step"]
+    assert added and added[0]["proposed_at"] == 1 and added[0]["step"] in (2, 3), added  # in the background
+    at = added[0]["step"] - 1  # the row (0-based) of the step it came in
     pattern = regex.compile(added[0]["regex"])
     assert pattern.search(f"so {pen['planted_word']} it is")  # the proposer found the planted word
     assert [s["penalties/active"] for s in pen["steps"]] == [0] * at + [1] * (3 - at)

@@ -191,3 +191,69 @@ def test_a_real_dynalize_run_and_its_rm_only_arm_on_one_page(toy_overrides, tmp_
     assert "Doubles its vowels" in browser.js("document.querySelector('#penalties').textContent")
     assert browser.errors == []
     browser.screenshot(tmp_path / "both.png")
+
+
+HELD_OUT = """(() => [...document.querySelectorAll('.heldout')].map(b => ({
+    count: b.querySelector('.count').textContent,
+    options: [...b.querySelector('.hfilter').options].map(o => o.value),
+    highlighted: [...b.querySelectorAll('tr.disagree')].map(t => t.dataset.criterion),
+    replies: b.querySelectorAll('.heldreply').length})))()"""
+
+
+@pytest.mark.slow
+def test_a_rubric_run_shows_proxy_and_gold_verdicts_dropped_criteria_and_disagreements(tmp_path, browser):
+    import yaml
+    from test_rubric_e2e import sample_config
+
+    from dynalize.runlog import read_jsonl
+
+    data = sample_config(tmp_path, name="rubric", reward_model={"enabled": False}, penalties={"enabled": False})
+    data["rubric"]["dropout"] = {"f": 0.5, "min_keep": 1}
+    data["rubric"]["gold_judge"]["chat"]["path"] = "rubricjudge:odd_keys"  # disagrees with the proxy somewhere
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    assert run_main(["--config", str(tmp_path / "r.yaml")]) == 0
+    run = tmp_path / "rubric"
+    out = tmp_path / "rubric.html"
+    assert report_main([str(run), "--html", str(out)]) == 0
+    browser.errors.clear()
+    browser.open(out)
+    page = browser.js("document.body.textContent")
+    assert browser.js("document.querySelector('#penalties')") is None  # a rubric-only run: no penalty panel
+    header = browser.js("[...document.querySelectorAll('#summary th')].map(t => t.textContent)")
+    assert "rubric gold (held-out): peak / final" in header and not any(h.startswith(("RM", "penalties")) for h in header)
+    assert "Rubric: held-out proxy and gold" in page
+    assert browser.js("document.querySelectorAll('img.figure').length") == 2  # curves + the rubric figure
+    # training rollouts: each card lists its criteria with verdicts, dropped ones struck through
+    last = read_jsonl(run / "rollouts" / "step_000002.jsonl")
+    cards = browser.js("[...document.querySelectorAll('.browser .rollout')].map(c => ({"
+                       "rows: c.querySelectorAll('table.verdicts tr').length, "
+                       "dropped: c.querySelectorAll('tr.dropped').length, head: c.querySelector('.score').textContent}))")
+    assert [c["rows"] for c in cards] == [len(r["rubric_verdicts"][0]) for r in last]
+    assert [c["dropped"] for c in cards] == [len(r["rubric_dropped"]) for r in last]
+    assert all("masked" in c["head"] and "RM" not in c["head"] for c in cards)
+    dropped_anywhere = [r for s in (1, 2) for r in read_jsonl(run / "rollouts" / f"step_{s:06d}.jsonl")
+                        if r["rubric_dropped"]]
+    assert dropped_anywhere  # f=0.5 drops some
+    # held-out replies: proxy (lenient) and gold (strict) disagree; highlighted and filterable
+    evals = read_jsonl(run / "rollouts" / "eval_000002.jsonl")
+    disagree = [[k for k in r["gold_verdicts"][0] if r["gold_verdicts"][0][k] != r["proxy_verdicts"][0][k]]
+                for r in evals]
+    [shown] = browser.js(HELD_OUT)
+    assert shown["count"] == f"{len(evals)} of {len(evals)} replies"
+    assert len(shown["highlighted"]) == sum(len(d) for d in disagree) > 0
+    browser.js("(() => { const f = document.querySelector('.hfilter'); f.value = 'disagree'; "
+               "f.dispatchEvent(new Event('change')); })()")
+    [shown] = browser.js(HELD_OUT)
+    assert shown["replies"] == sum(bool(d) for d in disagree)
+    cid = shown["options"][2].removeprefix("c:")
+    browser.js(f"(() => {{ const f = document.querySelector('.hfilter'); f.value = 'c:{cid}'; "
+               f"f.dispatchEvent(new Event('change')); }})()")
+    [shown] = browser.js(HELD_OUT)
+    assert shown["replies"] == sum(cid in d for d in disagree) and cid in shown["highlighted"]
+    browser.js("(() => { const f = document.querySelector('.hfilter'); f.value = 'all'; "
+               "f.dispatchEvent(new Event('change')); })()")
+    assert browser.js("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+    assert browser.errors == []
+    shot = browser.screenshot(tmp_path / "rubric.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"screenshot: {shot}")

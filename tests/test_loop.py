@@ -41,19 +41,25 @@ def test_three_step_run_writes_metrics_rollouts_and_checkpoint(toy_overrides, tm
     history = anyio.run(train, cfg, False)
     run = tmp_path / "e2e"
     metrics = read_jsonl(run / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [0, 1, 2] and len(history) == 3
+    # steps count updates completed: row 0 is the evaluation before training, rows 1-3 the steps
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3] and len(history) == 3
+    assert set(metrics[0]) == {"step"} | {k for k in metrics[0] if k.startswith("eval/")} and "eval/vowels" in metrics[0]
     for key in ("reward/mean", "rm/std", "advantage/abs_mean", "loss", "masked_frac", "gen_len/mean",
                 "staleness", "dropped", "time/step", "rollouts_per_s", "grad_norm"):
         assert key in metrics[-1], key
-    assert metrics[1]["staleness"] == {"1": 16}  # batch 1 was sampled by policy 0 while step 0 trained
-    assert "eval/vowels" in metrics[1] and "eval/vowels" in metrics[2]
-    lines = read_jsonl(run / "rollouts" / "step_000002.jsonl")
+    assert metrics[2]["staleness"] == {"1": 16}  # step 2's batch was sampled by policy 0 while step 1 trained
+    assert "eval/vowels" in metrics[2] and "eval/vowels" in metrics[3] and "eval/vowels" not in metrics[1]
+    lines = read_jsonl(run / "rollouts" / "step_000003.jsonl")
+    assert {r["step"] for r in lines} == {3}
     assert len(lines) == 16
     assert {"replies", "rm_score", "advantage", "policy_version", "completion_tokens"} <= set(lines[0])
     assert abs(sum(r["advantage"] for r in lines[:4])) < 1e-9  # mean-centred within the group
     assert (run / "checkpoints" / "step_000003" / "policy" / "model.safetensors").exists()
     assert (run / "config.yaml").exists()
     assert [e["version"] for e in read_jsonl(run / "eval" / "task.jsonl")] == [0, 2, 3]
+    assert [e["step"] for e in read_jsonl(run / "eval" / "task.jsonl")] == [0, 2, 3]
+    assert sorted(p.name for p in (run / "rollouts").glob("eval_*.jsonl")) == \
+        ["eval_000000.jsonl", "eval_000002.jsonl", "eval_000003.jsonl"]
 
 
 @pytest.mark.slow
@@ -66,8 +72,9 @@ def test_resume_continues_exactly(toy_overrides, tmp_path):
     assert main(["--resume", str(tmp_path / "split"), "steps=4"]) == 0  # extended from 2 steps to 4
     a = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
     b = read_jsonl(tmp_path / "split" / "metrics.jsonl")
-    assert [m["step"] for m in b] == [0, 1, 2, 3]
-    for x, y in zip(a, b):
+    assert [m["step"] for m in b] == [0, 1, 2, 3, 4]  # the evaluation before training, then the 4 steps
+    assert a[0] == b[0]
+    for x, y in zip(a[1:], b[1:]):
         for key in ("loss", "reward/mean", "rm/std", "grad_norm", "gen_len/mean", "policy_version"):
             assert x[key] == y[key], (x["step"], key)
     # the evaluation made at the old last step (version 2) stays on disk; reports leave it out, so
@@ -111,7 +118,7 @@ def test_crash_mid_run_keeps_written_lines_valid(toy_overrides, tmp_path, monkey
         anyio.run(train, cfg, False)
     run = tmp_path / "crash"
     lines = (run / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [0, 1]
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]  # two steps completed
     for f in sorted((run / "rollouts").iterdir()):
         assert f.suffix == ".jsonl"
         assert all(json.loads(x) for x in f.read_text().splitlines())

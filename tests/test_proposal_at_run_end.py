@@ -42,7 +42,7 @@ def test_a_proposal_in_flight_at_the_end_is_kept_in_the_last_checkpoint_and_prop
     anyio.run(train, cfg, False)  # returns although the last step's proposal never answers
     run = tmp_path / "end"
     last = read_jsonl(run / "metrics.jsonl")[-1]
-    assert last["step"] == 2 and len(CALLS) == 2
+    assert last["step"] == 3 and len(CALLS) == 2
     assert last["proposer/cancelled"] == 1 and last["proposer/in_flight"] == 0
     state = json.loads((run / "checkpoints" / "step_000003" / "state.json").read_text())
     assert state["terms"]["penalties"]["in_flight"]["step"] == 2  # what it was asked, for a resume
@@ -52,6 +52,6 @@ def test_a_proposal_in_flight_at_the_end_is_kept_in_the_last_checkpoint_and_prop
     samples = [re.findall(r"^\[s\d+\] group .*$", c, re.M) for c in CALLS]
     assert len(CALLS) == 3 and samples[2] == samples[1] and samples[1] != samples[0]
     last = read_jsonl(run / "metrics.jsonl")[-1]
-    assert last["step"] == 3 and last["proposer/restarted"] == 1 and last["proposer/accepted"] == 1
+    assert last["step"] == 4 and last["proposer/restarted"] == 1 and last["proposer/accepted"] == 1
     state = json.loads((run / "checkpoints" / "step_000004" / "state.json").read_text())
     assert [(p["step"], p["candidate"]["title"]) for p in state["terms"]["penalties"]["pending"]] == [(2, "Pattern 3")]

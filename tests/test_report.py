@@ -102,14 +102,14 @@ def test_held_out_evaluations_off_the_schedule_of_an_extended_run_are_left_out(t
     (run / "config.yaml").write_text("steps: 60\neval_every: 20\n")
     write_jsonl(run / "eval" / "task.jsonl", [{"version": v, "gold": g} for v, g in
                                               ((0, 0.1), (20, 0.5), (30, 0.9), (40, 0.3), (60, 0.2))])
-    gold = {19: 0.5, 29: 0.9, 39: 0.3}  # metrics.jsonl: the evaluation after step s (version s + 1)
+    gold = {20: 0.5, 30: 0.9, 40: 0.3}  # metrics.jsonl: the evaluation after step s, as eval/task.jsonl
     write_jsonl(run / "metrics.jsonl", [{"step": s, "rm/mean": 1.0, **({"eval/gold": gold[s]} if s in gold else {})}
-                                        for s in range(60)])
+                                        for s in range(1, 61)])
     t = table1([Run(run)], Metric("eval/task", "gold"), window=(30, 60))
     [row] = t.rows
     assert (row.peak, row.peak_step, row.end, row.end_steps) == (0.5, 20, pytest.approx(0.25), [40, 60])
     assert any("left out eval/task:gold at step(s) 30" in n for n in t.notes)
-    assert Run(run).series(Metric("metrics", "eval/gold")) == [(19, 0.5), (39, 0.3)]
+    assert Run(run).series(Metric("metrics", "eval/gold")) == [(20, 0.5), (40, 0.3)]
     assert Run(run).off_schedule(Metric("metrics", "rm/mean")) == []
 
 

@@ -168,7 +168,7 @@ def test_a_multi_turn_dynalize_run_scores_every_reply_and_counts_a_penalty_once(
     ])
     anyio.run(train, cfg, False)
     run = tmp_path / "mt"
-    rows = [r for s in range(6) for r in read_jsonl(run / "rollouts" / f"step_{s:06d}.jsonl")]
+    rows = [r for s in range(1, 7) for r in read_jsonl(run / "rollouts" / f"step_{s:06d}.jsonl")]
     assert rows and all(len(r["replies"]) == 4 and len(r["rm_scores"]) == 4 for r in rows)
     assert all(r["scores"]["rm"] == pytest.approx(statistics.fmean(r["rm_scores"])) for r in rows)
     judged = [r for r in rows if r.get("verdicts")]

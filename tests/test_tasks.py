@@ -330,13 +330,13 @@ def _train(tmp_path, name, task, data, *extra):
         "reward_model.engine=hf", "reward_model.path=tiny:rm", f"task.name={task}",
         f"task.args.train_file={data}", *extra])
     history = anyio.run(train, cfg, False)
-    return history, read_jsonl(tmp_path / name / "rollouts" / "step_000001.jsonl")
+    return history, read_jsonl(tmp_path / name / "rollouts" / "step_000002.jsonl")  # the second step's
 
 
 @pytest.mark.slow
 def test_two_step_creative_writing_run(tmp_path):
     history, lines = _train(tmp_path, "cw", "creative_writing", litbench(tmp_path / "lb.jsonl"))
-    assert [h["step"] for h in history] == [0, 1] and len(lines) == 8
+    assert [h["step"] for h in history] == [1, 2] and len(lines) == 8
     assert all(len(x["rm_scores"]) == 1 and x["prompt_id"].startswith("cw-") for x in lines)
 
 
@@ -344,7 +344,7 @@ def test_two_step_creative_writing_run(tmp_path):
 def test_two_step_counseling_run(tmp_path):
     history, lines = _train(tmp_path, "c", "counseling", conversations(tmp_path / "c.jsonl"), "eval_every=1",
                             "eval_samples=1", "task.args.eval_fraction=0.25")
-    assert [h["step"] for h in history] == [0, 1] and len(lines) == 8
+    assert [h["step"] for h in history] == [1, 2] and len(lines) == 8
     assert "eval/words" in history[-1] and "eval/rm" in history[-1]
 
 
@@ -352,7 +352,7 @@ def test_two_step_counseling_run(tmp_path):
 def test_two_step_multiturn_run(tmp_path):
     history, lines = _train(tmp_path, "mt", "counseling_multiturn", conversations(tmp_path / "c.jsonl"),
                             "task.args.max_turns=2", "penalties.enabled=true")
-    assert [h["step"] for h in history] == [0, 1] and len(lines) == 8
+    assert [h["step"] for h in history] == [1, 2] and len(lines) == 8
     for x in lines:  # the offline patient answers once; max_turns=2 stops after the second reply
         assert [t["role"] for t in x["turns"]] == ["assistant", "user", "assistant"]
         assert x["turns"][1]["content"].startswith("I guess") and len(x["rm_scores"]) == 2
@@ -378,8 +378,8 @@ def test_shipped_multiturn_config_runs_on_a_qwen3_style_template(tmp_path, qwen3
     assert code == 0, err[-2000:]
     assert f"config={REPO / 'configs' / 'counseling_multiturn.yaml'}" in err  # the run names its base config
     metrics = read_jsonl(tmp_path / "mt" / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [0, 1, 2] and "eval/rm" in metrics[-1]
-    for line in read_jsonl(tmp_path / "mt" / "rollouts" / "step_000002.jsonl"):
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3] and "eval/rm" in metrics[-1]  # step 0: the first evaluation
+    for line in read_jsonl(tmp_path / "mt" / "rollouts" / "step_000003.jsonl"):
         # the offline patient answers three times: four policy replies, each scored, each judged
         assert [t["role"] for t in line["turns"]] == ["assistant", "user"] * 3 + ["assistant"]
         assert len(line["rm_scores"]) == 4 and "verdicts" in line

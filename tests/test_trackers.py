@@ -1,5 +1,5 @@
-"""Experiment trackers with the real libraries, offline: one toy run (3 steps, a penalty added at
-step 1, samples due at steps 1 and 2) reports to every tracker installed, and each one's files are
+"""Experiment trackers with the real libraries, offline: one toy run (3 steps, a penalty added in
+step 2, evaluations at steps 0, 2 and 3, samples due at steps 2 and 3) reports to every tracker installed, and each one's files are
 read back with the library's own reader: TensorBoard's EventAccumulator, W&B's offline run file
 (its protobuf records), Trackio's SQLite storage, MLflow's client on a local directory."""
 
@@ -18,9 +18,11 @@ from toytask import penalty_overrides
 from dynalize.config import load_config
 from dynalize.run import main, train
 from dynalize.runlog import read_jsonl
-from dynalize.trackers import MODULES, SAMPLE_COLUMNS, markdown_table, sample_rows
+from dynalize.trackers import MODULES, markdown_table, sample_columns, sample_rows
 
 STEPS = 3
+TOY_COLUMNS = ["step", "prompt", "reply", "rm", "penalties triggered", "reward"]
+"""The sample table of a run with an RM and penalties, no rubric term."""
 
 
 def installed(name: str) -> bool:
@@ -54,18 +56,19 @@ def run(tmp_path_factory):
         anyio.run(train, cfg, False)
     root = tmp / "tracked"
     return {"tmp": tmp, "root": root, "metrics": read_jsonl(root / "metrics.jsonl"),
-            "rollouts": {s: read_jsonl(root / "rollouts" / f"step_{s:06d}.jsonl") for s in range(STEPS)}}
+            "rollouts": {s: read_jsonl(root / "rollouts" / f"step_{s:06d}.jsonl") for s in range(1, STEPS + 1)}}
 
 
 def check_numbers(run, series: dict[str, dict[int, float]]) -> None:
     """Every metric of every step of metrics.jsonl is in `series` (name → step → value)."""
-    for m in run["metrics"]:
+    assert run["metrics"][0] == {"step": 0, **{k: v for k, v in run["metrics"][0].items() if k.startswith("eval/")}}
+    for m in run["metrics"][1:]:  # row 0: the evaluation before training
         for key in ("reward/mean", "rm/mean", "loss", "penalties/active", "time/step"):
             assert series[key][m["step"]] == pytest.approx(m[key], rel=1e-6), (key, m["step"])
         for age, n in m["staleness"].items():  # nested metrics, flattened
             assert series[f"staleness/{age}"][m["step"]] == n
-    assert series["eval/vowels"].keys() == {1, 2}  # the held-out evaluation's steps
-    assert series["penalty/p001/prevalence"].keys() == {1, 2}  # the penalty came in at step 1
+    assert series["eval/vowels"].keys() == {0, 2, 3}  # the held-out evaluation's steps, step 0 included
+    assert series["penalty/p001/prevalence"].keys() == {2, 3}  # the penalty came in at step 2
 
 
 def first_reply(run, step: int) -> str:
@@ -82,10 +85,11 @@ def test_tensorboard_holds_every_metric_the_config_and_the_tables(run):
     check_numbers(run, {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]})
     texts = {tag.removesuffix("/text_summary"): {e.step: e.tensor_proto.string_val[0].decode()
                                                  for e in events.Tensors(tag)} for tag in events.Tags()["tensors"]}
-    assert texts["samples"].keys() == {1, 2}
-    assert texts["samples"][2] == markdown_table(SAMPLE_COLUMNS, sample_rows(2, run["rollouts"][2]))
-    assert "| 2 | Write about the " in texts["samples"][2]
-    assert "Doubles its vowels" in texts["events"][1]
+    assert texts["samples"].keys() == {2, 3}
+    assert sample_columns(run["rollouts"][3]) == TOY_COLUMNS
+    assert texts["samples"][3] == markdown_table(TOY_COLUMNS, sample_rows(3, run["rollouts"][3]))
+    assert "| 3 | Write about the " in texts["samples"][3]
+    assert "Doubles its vowels" in texts["events"][2]
     [hparams_dir] = {Path(p).parent for p in glob.glob(str(run["root"] / "tensorboard" / "*" / "events.*"))}
     hp = EventAccumulator(str(hparams_dir))
     hp.Reload()
@@ -138,10 +142,10 @@ def test_wandb_offline_run_holds_every_metric_the_config_and_the_tables(run):
     assert config["trainer.lr"] == pytest.approx(1e-3) and config["penalties.enabled"] is True
     tables = {Path(p).name.split("_")[0] + "_" + Path(p).name.split("_")[1]: json.loads(Path(p).read_text())
               for p in glob.glob(f"{run_dir}/files/media/table/*.table.json")}
-    assert {"samples_1", "samples_2", "events_1"} <= set(tables)
-    assert tables["samples_2"]["columns"] == SAMPLE_COLUMNS
-    assert tables["samples_2"]["data"][0][2] == first_reply(run, 2)
-    assert tables["events_1"]["data"][0][2:5] == ["add", "p001", "Doubles its vowels"]
+    assert {"samples_2", "samples_3", "events_2"} <= set(tables)
+    assert tables["samples_3"]["columns"] == TOY_COLUMNS
+    assert tables["samples_3"]["data"][0][2] == first_reply(run, 3)
+    assert tables["events_2"]["data"][0][2:5] == ["add", "p001", "Doubles its vowels"]
 
 
 @needs("trackio")
@@ -159,9 +163,9 @@ def test_trackio_holds_every_metric_the_config_and_the_tables(run, monkeypatch):
             elif isinstance(v, dict) and v.get("_type") == "trackio.table":
                 tables.setdefault(k, {})[row["step"]] = v["_value"]
     check_numbers(run, series)
-    assert tables["samples"].keys() == {1, 2}
-    assert tables["samples"][2][0]["reply"] == first_reply(run, 2)
-    assert tables["events"][1][0]["title"] == "Doubles its vowels"
+    assert tables["samples"].keys() == {2, 3}
+    assert tables["samples"][3][0]["reply"] == first_reply(run, 3)
+    assert tables["events"][2][0]["title"] == "Doubles its vowels"
     config = SQLiteStorage.get_run_config("dynalize-test", "tracked")
     assert config["trainer.lr"] == pytest.approx(1e-3) and config["task.name"] == "toytask:ToyTask"
     assert "allow_val_change" not in config  # only the run's settings
@@ -180,9 +184,9 @@ def test_mlflow_holds_every_metric_the_config_and_the_tables(run, monkeypatch):
     check_numbers(run, {k: {m.step: m.value for m in client.get_metric_history(mlrun.info.run_id, k)} for k in keys})
     assert float(mlrun.data.params["trainer.lr"]) == pytest.approx(1e-3)
     artifacts = Path(client.download_artifacts(mlrun.info.run_id, "samples"))
-    assert sorted(p.name for p in artifacts.iterdir()) == ["step_000001.json", "step_000002.json"]
-    table = json.loads((artifacts / "step_000002.json").read_text())
-    assert table["columns"] == SAMPLE_COLUMNS and table["data"][0][2] == first_reply(run, 2)
+    assert sorted(p.name for p in artifacts.iterdir()) == ["step_000002.json", "step_000003.json"]
+    table = json.loads((artifacts / "step_000003.json").read_text())
+    assert table["columns"] == TOY_COLUMNS and table["data"][0][2] == first_reply(run, 3)
 
 
 def test_sample_table_takes_one_rollout_per_prompt_with_its_scores():
@@ -191,7 +195,8 @@ def test_sample_table_takes_one_rollout_per_prompt_with_its_scores():
              "reward": float(i)} for p in ("a", "b", "c") for i in range(2)]
     assert sample_rows(7, rows, n=2) == [[7, "about a", "a 0\n\nagain", 0.5, "p002", 0.0],
                                          [7, "about b", "b 0\n\nagain", 0.5, "p002", 0.0]]
-    assert markdown_table(SAMPLE_COLUMNS, sample_rows(7, rows, n=1)).splitlines()[2] == \
+    assert sample_columns(rows) == TOY_COLUMNS
+    assert markdown_table(TOY_COLUMNS, sample_rows(7, rows, n=1)).splitlines()[2] == \
         "| 7 | about a | a 0 again | 0.5 | p002 | 0 |"  # one line per row
 
 

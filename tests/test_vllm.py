@@ -245,7 +245,7 @@ def test_three_training_steps_on_vllm_generator(toy_overrides):
     assert len(history) == 3
     assert all(h["gen_len/mean"] > 0 for h in history)
     assert [h["policy_version"] for h in history] == [1, 2, 3]
-    rollouts = read_jsonl(cfg.run_dir / "rollouts" / "step_000002.jsonl")
+    rollouts = read_jsonl(cfg.run_dir / "rollouts" / "step_000003.jsonl")  # the third step's
     assert {r["policy_version"] for r in rollouts} == {1}  # sampled by the policy pushed after step 0
 
 

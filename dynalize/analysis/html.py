@@ -31,6 +31,7 @@ import matplotlib.pyplot as plt
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from ..runlog import read_jsonl
 from ..types import Penalty
+from .html_rubric import criteria_texts, held_out, is_rubric_run, rollout_rubric, rubric_figure
 from .penalties import PenaltyHistory, penalty_history
 from .plots import curves_figure, penalty_timeline_figure
 from .runs import Metric, ReportError, Run, default_metrics
@@ -64,7 +65,8 @@ def highlight(text: str, spans: dict[str, list[tuple[int, int]]]) -> list[list[A
     return out or [["", []]]
 
 
-def rollout_view(row: dict[str, Any], regexes: dict[str, SafeRegex], unusable: dict[str, str]) -> dict[str, Any]:
+def rollout_view(row: dict[str, Any], regexes: dict[str, SafeRegex], unusable: dict[str, str],
+                 texts: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """A rollout line as the browser shows it; policy turns cut at the matches of the regex
     penalties it was judged on. A regex too slow on a reply is dropped from `regexes` and noted in
     `unusable` (penalty id → why), as the judge does."""
@@ -87,7 +89,8 @@ def rollout_view(row: dict[str, Any], regexes: dict[str, SafeRegex], unusable: d
             "prompt": [[str(m.get("role", "")), str(m.get("content", ""))] for m in row.get("prompt", [])],
             "turns": shown, "rm": _num(scores.get("rm", row.get("rm_score"))), "reward": _num(row.get("reward")),
             "advantage": _num(row.get("advantage")), "verdicts": {k: bool(v) for k, v in (row.get("verdicts") or {}).items()},
-            "failed": [str(x) for x in row.get("judge_failed") or []], "left_out": bool(row.get("left_out"))}
+            "failed": [str(x) for x in row.get("judge_failed") or []], "left_out": bool(row.get("left_out")),
+            "rubric": rollout_rubric(row, texts or {})}
 
 
 def _num(v: Any) -> float | None:
@@ -112,10 +115,20 @@ def run_data(run: Run, history: PenaltyHistory, steps: int) -> dict[str, Any]:
     unusable: dict[str, str] = {}
     regexes = compiled(history.penalties, unusable)
     files = run.rollout_files("step")
-    shown = [{"step": step, "rollouts": [rollout_view(r, regexes, unusable) for r in read_jsonl(path)]}
+    rubric = is_rubric_run(run)
+    texts = criteria_texts(run) if rubric else {}
+    shown = [{"step": step, "rollouts": [rollout_view(r, regexes, unusable, texts) for r in read_jsonl(path)]}
              for step, path in chosen_steps(files, steps)]
     return {"name": run.name, "total_steps": len(files), "steps": shown, "unhighlighted": unusable,
-            "penalties": {pid: {"title": p.title} for pid, p in history.penalties.items()}}
+            "penalties": {pid: {"title": p.title} for pid, p in history.penalties.items()},
+            "has_rm": bool(run.series(Metric("metrics", "rm/mean"))), "has_penalties": has_penalties(run, history),
+            "held_out": held_out(run) if rubric else []}
+
+
+def has_penalties(run: Run, history: PenaltyHistory) -> bool:
+    """Whether the run has Dynalize's penalty term (its config, or penalties it added)."""
+    return bool(history.penalties) or bool((run.config().get("penalties") or {}).get("enabled")) or \
+        any(k.startswith("penalties/") for r in run.rows("metrics")[:3] for k in r)
 
 
 def events_text(intervals: list[tuple[int, int | None]]) -> str:
@@ -155,19 +168,33 @@ def table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def summary_rows(runs: list[Run], metric: Metric | None, histories: list[PenaltyHistory]) -> list[list[str]]:
+def summary_rows(runs: list[Run], metric: Metric | None, histories: list[PenaltyHistory],
+                 columns: dict[str, bool]) -> list[list[str]]:
+    """One row per run, in the columns `columns` keeps (RM, held-out, penalties, rubric gold)."""
     rows = []
     for run, history in zip(runs, histories):
-        cells = [html.escape(run.name), str(len(run.rows("metrics")))]
-        for col in ("reward/mean", "rm/mean"):
-            pts = run.series(Metric("metrics", col))
-            cells.append(f"{pts[0][1]:.3f} → {pts[-1][1]:.3f}" if pts else "n/a")
-        pts = run.series(metric) if metric else []
-        peak = max(pts, key=lambda p: p[1]) if pts else None
-        cells.append(f"{peak[1]:.3f} (step {peak[0]}) / {pts[-1][1]:.3f}" if peak else "n/a")
-        cells.append(f"{len(history.penalties)} / {len(history.active_at_end())}")
+        cells = [html.escape(run.name), str(run.last_step() or 0)]  # steps completed (row 0: the first evaluation)
+        for col, shown in (("reward/mean", True), ("rm/mean", columns["rm"])):
+            if shown:
+                pts = run.series(Metric("metrics", col))
+                cells.append(f"{pts[0][1]:.3f} → {pts[-1][1]:.3f}" if pts else "n/a")
+        if columns["held_out"]:
+            cells.append(_peak_final(run.series(metric) if metric else []))
+        if columns["rubric"]:
+            from .rubrics import evaluation_rows
+
+            gold = [(int(r.get("step", r.get("version", 0))), r["rubric/gold"]) for r in evaluation_rows(run)
+                    if isinstance(r.get("rubric/gold"), int | float)]
+            cells.append(_peak_final(gold))
+        if columns["penalties"]:
+            cells.append(f"{len(history.penalties)} / {len(history.active_at_end())}")
         rows.append(cells)
     return rows
+
+
+def _peak_final(pts: list[tuple[int, float]]) -> str:
+    peak = max(pts, key=lambda p: p[1]) if pts else None
+    return f"{peak[1]:.3f} (step {peak[0]}) / {pts[-1][1]:.3f}" if peak else "n/a"
 
 
 def penalty_section(run: Run, history: PenaltyHistory) -> str:
@@ -214,19 +241,32 @@ def render_page(runs: list[Run], steps: int = ROLLOUT_STEPS) -> str:
            f"script-src {_csp_hash(script)}")
     data = {"runs": [run_data(r, h, steps) for r, h in zip(runs, histories)]}
     cols = f"cols cols-{min(len(runs), 3)}"
-    header = ["run", "steps", "reward (first → last)", "RM (first → last)",
-              f"{e(metric.label) if metric else 'held-out'}: peak / final", "penalties: added / active at end"]
+    rubric = [is_rubric_run(r) for r in runs]
+    shown = {"rm": any(d["has_rm"] for d in data["runs"]), "held_out": metric is not None,
+             "rubric": any(rubric), "penalties": any(d["has_penalties"] for d in data["runs"])}
+    header = ["run", "steps", "reward (first → last)"] + (["RM (first → last)"] if shown["rm"] else []) + \
+        ([f"{e(metric.label) if metric else 'held-out'}: peak / final"] if shown["held_out"] else []) + \
+        (["rubric gold (held-out): peak / final"] if shown["rubric"] else []) + \
+        (["penalties: added / active at end"] if shown["penalties"] else [])
     names = ", ".join(e(r.name) for r in runs)
+    sections = ['<section id="summary"><h2>Summary</h2>' + table(header, summary_rows(runs, metric, histories, shown))
+                + "</section>",
+                '<section id="curves"><h2>Curves</h2>' + svg_image(curves_figure(runs, metric), "curves") + "</section>"]
+    figure = rubric_figure(runs) if shown["rubric"] else None
+    if figure is not None:  # the held-out measurement of rubric runs, and their held-out replies
+        sections.append('<section id="rubric"><h2>Rubric: held-out proxy and gold</h2>' + svg_image(figure, "rubric")
+                        + f'<div class="{cols}">' + "".join(f'<div class="heldout" data-run="{i}"></div>'
+                                                             for i in range(len(runs))) + "</div></section>")
+    if shown["penalties"]:
+        sections.append(f'<section id="penalties"><h2>Penalties</h2><div class="{cols}">'
+                        + "".join(f"<div>{penalty_section(r, h)}</div>" for r, h in zip(runs, histories))
+                        + "</div></section>")
     return "\n".join([
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>dynalize report: {names}</title><style>{style}</style></head><body>",
-        f"<header><h1>dynalize report</h1><p>{names}</p></header>",
-        '<section id="summary"><h2>Summary</h2>' + table(header, summary_rows(runs, metric, histories)) + "</section>",
-        '<section id="curves"><h2>Curves</h2>' + svg_image(curves_figure(runs, metric), "curves") + "</section>",
-        f'<section id="penalties"><h2>Penalties</h2><div class="{cols}">'
-        + "".join(f"<div>{penalty_section(r, h)}</div>" for r, h in zip(runs, histories)) + "</div></section>",
+        f"<header><h1>dynalize report</h1><p>{names}</p></header>", *sections,
         f'<section id="rollouts"><h2>Rollouts</h2><div class="{cols}">'
         + "".join(f'<div class="browser" data-run="{i}"></div>' for i in range(len(runs))) + "</div></section>",
         f'<script type="application/json" id="dynalize-data">{script_json(data)}</script>',

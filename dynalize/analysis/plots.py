@@ -64,17 +64,21 @@ CURVES = (Metric("metrics", "reward/mean"), Metric("metrics", "rm/mean"), None, 
 
 
 def curves_figure(runs: list[Run], metric: Metric | None) -> Figure:
-    """Reward, RM score, `metric` (a benchmark or held-out score; None: no panel data) and reply
-    length against step, one line per run."""
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    """Reward, RM score, `metric` (a benchmark or held-out score) and reply length against step, one
+    line per run; a panel no run has data for is left out (an RM-free run has no RM panel)."""
     titles = ("reward (mean)", "RM score (mean)", metric.label if metric else "held-out evaluation",
               "reply length, tokens (mean)")
-    for ax, panel, title in zip(axes, CURVES, titles):
+    panels = [(panel or metric, title, panel is None) for panel, title in zip(CURVES, titles)]
+    drawn = [(m, title, held) for m, title, held in panels if m is not None and any(run.series(m) for run in runs)]
+    if not drawn:  # nothing at all: one empty panel that says so
+        drawn = [(CURVES[0], titles[0], False)]
+    fig, axes = plt.subplots(1, len(drawn), figsize=(4 * len(drawn), 3.6), squeeze=False)
+    for ax, (m, title, held) in zip(axes[0], drawn):
         for run in runs:
-            pts = run.series(panel or metric) if (panel or metric) else []
+            pts = run.series(m)
             if pts:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], label=run.name, linewidth=1.2,
-                        marker="o" if panel is None else None, markersize=3)
+                        marker="o" if held else None, markersize=3)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         if ax.get_legend_handles_labels()[0]:

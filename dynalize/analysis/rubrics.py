@@ -58,16 +58,44 @@ class RubricRun:
     `floor_binds`, `verdicts_per_step`, `score_s`, `step_s` (means over all steps)."""
 
 
-def rubric_run(run: Run, window: tuple[int, int] | None = None) -> RubricRun:
-    """`run`'s measurement; End = evaluations with window[0] ≤ step ≤ window[1], or the last quarter."""
+def _step(row: dict[str, Any]) -> int:
+    return int(row.get("step", row.get("version", -1)))
+
+
+def judge_labels(run: Run) -> list[str]:
+    """Labels of the second gold judges the run's replies were graded by (eval/rubric@LABEL.jsonl)."""
+    return sorted(p.stem.partition("@")[2] for p in (run.path / "eval").glob("rubric@*.jsonl"))
+
+
+def evaluation_rows(run: Run, label: str | None = None) -> list[dict[str, Any]]:
+    """The measurement per evaluation: eval/task.jsonl with the steps re-graded since by the run's own
+    judges (eval/rubric.jsonl, `python -m dynalize.eval --bench rubric`) in their place; with a
+    `label`, the second gold judge's eval/rubric@LABEL.jsonl."""
+    if label is not None:
+        return run.rows(f"eval/rubric@{label}")
+    regraded = {_step(r): r for r in run.rows("eval/rubric")}
+    out = []
+    for r in run.rows("eval/task"):
+        again = regraded.get(_step(r))
+        if again is not None:
+            r = {**{k: v for k, v in r.items() if not k.startswith("rubric/")},
+                 **{k: v for k, v in again.items() if k.startswith("rubric/")}}
+        out.append(r)
+    return out
+
+
+def rubric_run(run: Run, window: tuple[int, int] | None = None, label: str | None = None) -> RubricRun:
+    """`run`'s measurement (by its own gold judge, or the one `label` names); End = evaluations with
+    window[0] ≤ step ≤ window[1], or the last quarter."""
     skip = set(run.off_schedule(Metric("eval/task", "rubric/gold")))
-    evals = [r for r in run.rows("eval/task") if isinstance(r.get("rubric/gold"), int | float)
-             and r.get("version") not in skip]
+    evals = [r for r in evaluation_rows(run, label) if isinstance(r.get("rubric/gold"), int | float)
+             and _step(r) not in skip]
     if not evals:
         raise ReportError(f"{run.path}: no rubric evaluations (eval/task.jsonl has no rubric/gold: the run needs "
-                          f"rubric.enabled, rubric.gold_judge and eval_every)")
-    steps = [int(r["version"]) for r in evals]
-    end = [r for r in evals if window[0] <= r["version"] <= window[1]] if window else \
+                          f"rubric.enabled, rubric.gold_judge and eval_every; a gold judge that failed: grade "
+                          f"again with python -m dynalize.eval --run {run.path} --bench rubric)")
+    steps = [_step(r) for r in evals]
+    end = [r for r in evals if window[0] <= _step(r) <= window[1]] if window else \
         evals[-max(1, math.ceil(len(evals) / 4)):]
     if not end:
         raise ReportError(f"{run.path}: no rubric evaluation in steps {window[0]}–{window[1]} (it has {steps})")
@@ -78,7 +106,7 @@ def rubric_run(run: Run, window: tuple[int, int] | None = None) -> RubricRun:
     return RubricRun(
         name=run.name, steps=steps,
         series={k: [r.get(f"rubric/{k}", float("nan")) for r in evals] for k in KEYS},
-        end_steps=[int(r["version"]) for r in end], peak=peak["rubric/gold"], peak_step=int(peak["version"]),
+        end_steps=[_step(r) for r in end], peak=peak["rubric/gold"], peak_step=_step(peak),
         proxy_at_peak=peak.get("rubric/proxy", float("nan")),
         end={k: _mean([r.get(f"rubric/{k}") for r in end]) for k in KEYS}, final=evals[-1]["rubric/gold"],
         criteria_end={c: (_mean([r.get(f"rubric/proxy_met/{c}") for r in end]),
@@ -105,6 +133,37 @@ def summary_cells(runs: list[RubricRun]) -> tuple[list[str], list[list[str]]]:
     body = [[r.name, f"{_f(r.peak)} ({r.peak_step})", _f(r.end["gold"]), _f(r.final), _f(r.end["proxy"]),
              _f(r.end["gap"]), _f(r.end["overclaim"]), _f(r.train["full_end"])] for r in runs]
     return header, body
+
+
+def judge_cells(runs: list[Run], window: tuple[int, int] | None = None) -> tuple[list[str], list[list[str]]]:
+    """Gold Peak / End / Final per gold judge, side by side: each run's own, then each second gold
+    judge that graded the same replies (eval/rubric@LABEL.jsonl)."""
+    body = []
+    for run in runs:
+        for label in [None, *judge_labels(run)]:
+            try:
+                m = rubric_run(run, window, label)
+            except ReportError:
+                continue
+            name = "the run's gold judge" if label is None else label
+            model = next((((r.get("settings") or {}).get("judge") or {}).get("model")
+                          for r in evaluation_rows(run, label) if (r.get("settings") or {}).get("judge")), None)
+            body.append([run.name, f"{name} ({model})" if model else name, f"{_f(m.peak)} ({m.peak_step})",
+                         _f(m.end["gold"]), _f(m.final), _f(m.end["gap"])])
+    return ["run", "gold judge", "gold Peak (step)", "gold End", "gold Final", "gap End"], body
+
+
+def cost_cells(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
+    """Tokens over the whole run per API-backed role (metrics.jsonl's last `tokens/<role>/*_total`)."""
+    body = []
+    for run in runs:
+        rows = run.rows("metrics")
+        last = rows[-1] if rows else {}
+        roles = sorted({k.split("/")[1] for k in last if k.startswith("tokens/") and k.endswith("_total")})
+        for role in roles:
+            p, c = (int(last.get(f"tokens/{role}/{k}_total", 0)) for k in ("prompt", "completion"))
+            body.append([run.name, role.replace("_", " "), f"{p:,}", f"{c:,}", f"{p + c:,}"])
+    return ["run", "role", "prompt tokens", "completion tokens", "total"], body
 
 
 def wins(run: RubricRun, base: RubricRun) -> tuple[int, int]:

@@ -5,11 +5,12 @@ A *metric* names a column of one of a run's JSONL files:
     eqbench, mindeval        eval/<bench>.jsonl, column `score`
     mindeval@sonnet          eval/mindeval@sonnet.jsonl: the same generations judged again
                              (`python -m dynalize.eval --rejudge sonnet`), column `score`
-    eval/task:gold           eval/task.jsonl (the task's held-out eval, by policy version), column `gold`
+    eval/task:gold           eval/task.jsonl (the task's held-out eval), column `gold`
     eval/mindeval:criteria.Assessment & Response   a nested column (dotted path)
     metrics:rm/mean          metrics.jsonl, column `rm/mean`
 
-Rows are indexed by `step` (or `version` in eval/task.jsonl); where a step appears twice (an
+Rows are indexed by `step`, the training steps completed when the row was written (step 0: before
+training; eval/task.jsonl rows of older runs: `version`); where a step appears twice (an
 evaluation redone) the last row wins. Missing and non-numeric values are skipped. Held-out
 evaluations off the run's own schedule (every `eval_every` steps and the last step, from its
 config.yaml) are left out of series: a run extended with `--resume RUN steps=N` keeps the one made
@@ -113,14 +114,10 @@ class Run:
         return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
 
     def off_schedule(self, metric: Metric) -> list[int]:
-        """Steps of the metric's held-out evaluations (eval/task.jsonl by policy version, or eval/
-        columns of metrics.jsonl, made after step s: version s + 1) that the run's schedule, every
-        `eval_every` steps and the last step, does not make."""
-        if metric.source == "eval/task":
-            shift = 0
-        elif metric.source == "metrics" and metric.column.startswith("eval/"):
-            shift = 1
-        else:
+        """Steps of the metric's held-out evaluations (eval/task.jsonl, or eval/ columns of
+        metrics.jsonl) that the run's schedule, step 0, every `eval_every` steps and the last step,
+        does not make (steps count training steps completed, in every file)."""
+        if not (metric.source == "eval/task" or metric.source == "metrics" and metric.column.startswith("eval/")):
             return []
         cfg = self.config()
         every, steps = cfg.get("eval_every"), cfg.get("steps")
@@ -128,7 +125,7 @@ class Run:
             return []
         stamps = [r.get("step", r.get("version")) for r in self.rows(metric.source)
                   if _number(column_value(r, metric.column)) is not None]
-        return [s for s in stamps if isinstance(s, int) and (s + shift) % every and s + shift != steps]
+        return [s for s in stamps if isinstance(s, int) and s % every and s != steps]
 
     def has(self, source: str) -> bool:
         return self.file(source).exists()

@@ -84,6 +84,9 @@ class ChatModel(abc.ABC):
     supports_json_schema: bool = False
     """True where `chat(..., json_schema=...)` constrains the output to the schema."""
 
+    label: str | None = None
+    """What the model is for in the run (e.g. `gold judge`), named in its warnings; set by its user."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Free the engine's resources."""
 

@@ -164,7 +164,8 @@ async def chat_json(model: ChatModel, messages: list[Message], schema: dict[str,
                     return await anyio.to_thread.run_sync(_parse_checked, raw, schema, check, abandon_on_cancel=True)
                 except ValueError as e:
                     n = attempt.retry_state.attempt_number
-                    log.warning("chat_json.unusable", attempt=n, of=retries, problem=str(e), reply_chars=len(raw))
+                    log.warning("chat_json.unusable", role=model.label, attempt=n, of=retries, problem=str(e),
+                                reply_chars=len(raw))
                     echo = raw[:ECHO_CHARS] + (f"\n[... {len(raw) - ECHO_CHARS} more characters cut]"
                                                if len(raw) > ECHO_CHARS else "")
                     convo = [*base, Message("assistant", echo),

@@ -88,6 +88,12 @@ class ChatModelConfig(BaseModel):
     and retried. Chat replies are kilobytes: 1 MiB leaves room for long reasoning."""
     max_concurrency: int = Field(16, gt=0)
     """Requests in flight at once (hf generates one at a time regardless)."""
+    requests_per_minute: float | None = Field(None, gt=0)
+    """openai: at most this many requests started in any 60 s (a hosted API's RPM limit; None: no
+    limit, only max_concurrency). A request past it waits; the wait holds no concurrency slot."""
+    tokens_per_minute: float | None = Field(None, gt=0)
+    """openai: requests wait while the tokens of the last 60 s (prompt + completion, from each reply's
+    `usage`) reach this (a hosted API's TPM limit; None: no limit)."""
     temperature: float = Field(0.0, ge=0)
     """Default sampling temperature (0 = greedy); a call's own `temperature` wins."""
     max_tokens: int = Field(1024, gt=0)

@@ -4,7 +4,9 @@ Plain httpx, no `openai` package. Transient failures (429, 5xx, timeouts, droppe
 unreadable or oversized bodies) are retried with exponential backoff, honouring `Retry-After`;
 other 4xx fail at once. `timeout` is a deadline for the whole request (a reply trickling in byte
 by byte is cut too), the body is read as it streams in and abandoned past `max_response_bytes`,
-and a call waiting out its backoff holds no concurrency slot. The API key is read from an
+and a call waiting out its backoff holds no concurrency slot. Optional requests-per-minute and
+tokens-per-minute limits (ratelimit.py) pace calls to hosted APIs; each reply's `usage` is added
+up in `usage` (what a run reports as its judges' token cost). The API key is read from an
 environment variable whose NAME is configured; the key itself never reaches logs, reprs or
 exception messages.
 """
@@ -27,6 +29,7 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception_type, st
 from ..types import Message, as_messages
 from .base import ChatModel, EngineError
 from .config import env_name_problem
+from .ratelimit import RateLimiter
 
 log = structlog.get_logger("dynalize.backends.openai")
 
@@ -91,7 +94,9 @@ class OpenAIChatModel(ChatModel):
     def __init__(self, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY",
                  timeout: float = 60.0, max_retries: int = 5, max_concurrency: int = 16,
                  default_sampling: dict[str, Any] | None = None, retry_wait: float = 0.5,
-                 max_wait: float = 60.0, max_response_bytes: int = 1_048_576):
+                 max_wait: float = 60.0, max_response_bytes: int = 1_048_576,
+                 requests_per_minute: float | None = None, tokens_per_minute: float | None = None,
+                 rate_limiter: RateLimiter | None = None):
         if api_key_env and (problem := env_name_problem(api_key_env)):
             raise EngineError(f"api_key_env {problem}")  # the value itself is never echoed
         self.base_url = base_url.rstrip("/")
@@ -114,6 +119,11 @@ class OpenAIChatModel(ChatModel):
         """Longest wait between attempts, also the cap on a server's `Retry-After`."""
         self.max_response_bytes = max_response_bytes
         """Largest response body read; a longer one is abandoned mid-stream and retried."""
+        self.rate = rate_limiter or (RateLimiter(requests_per_minute, tokens_per_minute)
+                                     if requests_per_minute or tokens_per_minute else None)
+        """Requests / tokens per minute for hosted APIs (None: only `max_concurrency` bounds calls)."""
+        self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        """Answered requests and the tokens their replies' `usage` reports, since the model was made."""
         key = os.environ.get(api_key_env) if api_key_env else None
         if api_key_env and not key:
             log.warning("openai.no_api_key", env=api_key_env, base_url=self.base_url)
@@ -157,6 +167,8 @@ class OpenAIChatModel(ChatModel):
             ):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
+                    if self.rate is not None:
+                        await self.rate.acquire()
                     async with self._limiter:  # a slot per attempt: none is held through the backoff
                         text = await self._post(body)
         except _Transient as e:
@@ -188,12 +200,27 @@ class OpenAIChatModel(ChatModel):
             detail = self._scrub(" ".join(data.decode("utf-8", "replace").split()))[:300]  # scrub before cutting
             raise EngineError(f"chat request to {self.url} failed: HTTP {status}: {detail}")
         try:
-            content = json.loads(data)["choices"][0]["message"]["content"]
+            parsed = json.loads(data)
+            content = parsed["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             raise _Transient(f"unreadable response body (HTTP {status})") from None
+        self._count(parsed.get("usage"))
         if content is not None and not isinstance(content, str):
             raise _Transient(f"unreadable response body (HTTP {status}): content is not text")
         return content or ""
+
+    def _count(self, usage: Any) -> None:
+        """Add a reply's `usage` (prompt_tokens, completion_tokens; a server may send none)."""
+        self.usage["requests"] += 1
+        spent = 0
+        if isinstance(usage, dict):
+            for key in ("prompt_tokens", "completion_tokens"):
+                n = usage.get(key)
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                    self.usage[key] += n
+                    spent += n
+        if self.rate is not None:
+            self.rate.spent(spent)
 
     async def _read(self, resp: httpx.Response) -> bytes:
         """The response body, abandoned (as a transient failure) past `max_response_bytes`."""
@@ -217,7 +244,7 @@ class OpenAIChatModel(ChatModel):
 
     def _log_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.warning("openai.retry", model=self.model, attempt=state.attempt_number,
+        log.warning("openai.retry", role=self.label, model=self.model, attempt=state.attempt_number,
                     of=self.max_retries + 1, reason=str(exc),
                     wait_s=round(state.next_action.sleep, 3) if state.next_action else None)
 

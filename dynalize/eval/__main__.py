@@ -9,6 +9,8 @@ the saved generations again with another `--judge`, into `RUN/eval/<bench>@LABEL
 (judge, patient) is a JSON object or a YAML/JSON file with a chat-model config and sampling keys,
 e.g. '{"engine": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "judge"}'.
 
+`--bench rubric` grades a rubric run's saved held-out replies again (dynalize/eval/rubric_regrade.py).
+
 Exit status: 0 when every checkpoint evaluated now is complete and scored (warnings, such as judge
 replies that named no criterion or ResearchQA items skipped as the official code skips them, are
 printed and change nothing); 1 when one has failed judge (or patient) calls, no score, or (with
@@ -216,6 +218,12 @@ def problems(args: argparse.Namespace, rows: list[dict[str, Any]]) -> tuple[list
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if "rubric" in given and given.index("rubric") > 0 and given[given.index("rubric") - 1] == "--bench" \
+            or "--bench=rubric" in given:
+        from .rubric_regrade import main as rubric_main
+
+        return rubric_main(given)
     args = parse_args(argv)
     import torch
 

@@ -69,7 +69,12 @@ class Judge:
     `predicate`, only checks with a regex get verdicts."""
 
     def __init__(self, chat: ChatModel | None = None, cfg: JudgeConfig | None = None, *, domain: str = "",
-                 predicate: Predicate | None = None, prompt: JudgePrompt = PENALTY_PROMPT):
+                 predicate: Predicate | None = None, prompt: JudgePrompt = PENALTY_PROMPT, role: str = "judge"):
+        self.role = role
+        """Which judge this is in the run (`penalty judge`, `proxy judge`, `gold judge`): named in every
+        warning it logs, and given to its chat model's own warnings (`label`)."""
+        if chat is not None and getattr(chat, "label", "") is None:
+            chat.label = role
         self.stats = JudgeStats()
         self.chat = CountedChat(chat, self.stats) if chat is not None else None
         """The chat model, each request counted in `stats` (usage.CountedChat)."""
@@ -161,7 +166,7 @@ class Judge:
                     self.stats.regex_timeouts += 1
                     self.unusable_regexes[pattern] = f"too slow: {e}"
                 if hits is None:
-                    log.warning("judge.unusable_regex", penalty=p.id, regex=pattern,
+                    log.warning("judge.unusable_regex", role=self.role, penalty=p.id, regex=pattern,
                                 reason=self.unusable_regexes[pattern])
             if hits is None:
                 for j in out:
@@ -192,7 +197,7 @@ class Judge:
                 j.failed.add(c.id)
                 self.stats.failures += 1
                 self.last_error = f"predicate on {c.id}: {type(v).__name__}: {v}"[:300]
-                log.warning("judge.predicate_failed", check=c.id, result=self.last_error)
+                log.warning("judge.predicate_failed", role=self.role, check=c.id, result=self.last_error)
 
     async def _judge_semantic(self, texts: list[str], ctxs: list[str | None], penalties: list[Checkable],
                               version: Hashable, out: list[Judgement]) -> None:
@@ -239,7 +244,7 @@ class Judge:
             self.stats.timed_out += len(late)
             self.stats.failures += len(late) * len(ids)
             self.last_error = f"no verdict within the judge's time budget ({self.cfg.time_budget_s}s per step)"
-            log.warning("judge.time_budget", calls_cut=len(late), budget_s=self.cfg.time_budget_s)
+            log.warning("judge.time_budget", role=self.role, calls_cut=len(late), budget_s=self.cfg.time_budget_s)
             for key in late:
                 answers[key] = Judgement(dict.fromkeys(ids, False), set(ids))
         for key, j in zip(keys, out):
@@ -261,7 +266,7 @@ class Judge:
             raw = await anyio.to_thread.run_sync(salvage, e.raw, abandon_on_cancel=True)  # the budget holds
         except Exception as e:  # noqa: BLE001 - a judge failure must never stop training
             error = describe(e)
-            log.warning("judge.call_failed", error=error)
+            log.warning("judge.call_failed", role=self.role, error=error)
             raw = None
         failed_call = not isinstance(raw, dict)
         dt = time.perf_counter() - t0

@@ -61,6 +61,10 @@ class RewardTerm(abc.ABC):
         """This step's metrics (counters since the last call), read once per step."""
         return {}
 
+    def chat_models(self) -> dict[str, Any]:
+        """The term's chat models by role (`gold judge`, `proposer`, ...): their token use is reported."""
+        return {}
+
     def stop_reason(self) -> str | None:
         """Why the run must stop (one line, e.g. a judge that keeps failing), or None. Asked after
         every step; the loop writes a checkpoint first, so a fixed run resumes."""

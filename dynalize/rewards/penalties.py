@@ -184,6 +184,10 @@ class PenaltyTerm(RewardTerm):
         self._step = {}
         return out
 
+    def chat_models(self) -> dict[str, Any]:
+        return {"penalty judge": self.judge.chat, "proposer": getattr(self.proposer, "chat", None),
+                "dedup": getattr(self.proposer, "dedup_chat", None)}
+
     def stop_reason(self) -> str | None:
         """A judge failing more than `max_failure_rate` of its verdicts over the last
         `failure_window` judged steps, or `max_failed_proposals` failed proposals in a row."""

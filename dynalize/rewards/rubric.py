@@ -152,10 +152,12 @@ class RubricTerm(RewardTerm):
                 if not failed & mask.kept:
                     masked_scores.append(masked)
                 values.append(self.cfg.coef * (masked + eps))
-                unscored.append(bool(failed & mask.kept))  # a kept verdict failed: the reward is unknown
+                unknown = bool(failed & mask.kept)  # a kept verdict failed: the reward is unknown
+                unscored.append(unknown)
                 info.append({"rubric_verdicts": [j.verdicts for j in js],
                              "rubric_dropped": sorted(c.id for c in criteria if c.id not in mask.kept),
-                             "rubric_score": masked, "rubric_full": full, "rubric_failed": sorted(failed),
+                             "rubric_score": None if unknown else masked, "rubric_full": full,
+                             "rubric_failed": sorted(failed),
                              **({"rubric_noise": eps} if self.cfg.noise.f > 0 else {})})
         assert len(values) == len(rollouts)
         self._record(batch.step, masks, rubrics, masked_scores, full_scores, shifts, asked_n, failed_n,
@@ -206,6 +208,9 @@ class RubricTerm(RewardTerm):
         self._step = {}
         return out
 
+    def chat_models(self) -> dict[str, Any]:
+        return {"proxy judge": self.judge.chat, "gold judge": self.gold.chat if self.gold else None}
+
     def stop_reason(self) -> str | None:
         """The judge failed more than `rubric.judge.max_failure_rate` of its verdicts over the last
         `failure_window` judged steps."""
@@ -237,30 +242,39 @@ class RubricTerm(RewardTerm):
                 out.update(self._choose_anchors(singles, gold))
             out.update(judge_cost("rubric/gold_judge/", self.gold.stats, len(order)))
             self.gold.stats.reset()
+        golds: list[Judgement | None] = list(gold) if gold is not None else [None] * len(proxy)
         graded = [Graded(s.criteria, p.verdicts, (g or p).verdicts, p.failed | (g.failed if g else set()))
-                  for s, p, g in zip(singles, proxy, gold or [None] * len(proxy))]
+                  for s, p, g in zip(singles, proxy, golds)]
+        out["rubric/unscored_proxy"] = float(sum(bool(p.failed) for p in proxy))  # which judge left a reply
+        if gold is not None:                                                     # unscored (run.py's exit 4)
+            out["rubric/unscored_gold"] = float(sum(bool(g.failed) for g in gold))
         if gold is None:  # proxy only
             m = measure(graded, self.cfg.per_criterion_limit)
             out.update({f"rubric/{k}": v for k, v in m.items() if k in ("replies", "unscored", "proxy", "proxy_raw")
                         or k.startswith("proxy_met/")})
         else:
             out.update({f"rubric/{k}": v for k, v in measure(graded, self.cfg.per_criterion_limit).items()})
-        self._record_eval(batch, singles, graded, gold is not None)
+        self._record_eval(batch, singles, graded, proxy, gold)
         return out
 
-    def _record_eval(self, batch: Batch, singles: list["_Request"], graded: list[Graded], with_gold: bool) -> None:
-        """Each eval rollout's verdicts and scores, one entry per reply, into its `info`."""
-        per: dict[tuple[int, int], list[Graded]] = {}
-        for s, g in zip(singles, graded):
-            per.setdefault(s.owners[0], []).append(g)
+    def _record_eval(self, batch: Batch, singles: list["_Request"], graded: list[Graded], proxy: list[Judgement],
+                     gold: list[Judgement] | None) -> None:
+        """Each eval rollout's verdicts and scores, one entry per reply, into its `info`, with the
+        ids each judge failed to decide and the rubric itself (what `eval --bench rubric` re-grades)."""
+        per: dict[tuple[int, int], list[tuple[Graded, Judgement, Judgement | None]]] = {}
+        for k, (s, g) in enumerate(zip(singles, graded)):
+            per.setdefault(s.owners[0], []).append((g, proxy[k], gold[k] if gold is not None else None))
         for gi, group in enumerate(batch.groups):
             for i, r in enumerate(group):
                 gs = per.get((gi, i), [])
-                r.info["proxy_verdicts"] = [dict(g.proxy) for g in gs]
-                r.info["proxy_score"] = [None if g.failed else rubric_score(g.criteria, g.proxy) for g in gs]
-                if with_gold:
-                    r.info["gold_verdicts"] = [dict(g.gold) for g in gs]
-                    r.info["gold_score"] = [None if g.failed else rubric_score(g.criteria, g.gold) for g in gs]
+                r.info["rubric_criteria"] = [c.to_dict() for c in rubric_of(r)]
+                r.info["proxy_verdicts"] = [dict(g.proxy) for g, _, _ in gs]
+                r.info["proxy_failed"] = [sorted(p.failed) for _, p, _ in gs]
+                r.info["proxy_score"] = [None if g.failed else rubric_score(g.criteria, g.proxy) for g, _, _ in gs]
+                if gold is not None:
+                    r.info["gold_verdicts"] = [dict(g.gold) for g, _, _ in gs]
+                    r.info["gold_failed"] = [sorted(q.failed) for _, _, q in gs if q is not None]
+                    r.info["gold_score"] = [None if g.failed else rubric_score(g.criteria, g.gold) for g, _, _ in gs]
 
     def _choose_anchors(self, singles: list["_Request"], gold: list[Judgement]) -> dict[str, float]:
         """Keep `eval_anchors` replies of this (first) evaluation, spread evenly, with their gold verdicts."""

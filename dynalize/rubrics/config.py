@@ -29,9 +29,11 @@ class DropoutConfig(_Section):
     min_keep: int = Field(3, ge=1)
     """At least this many positive criteria are kept (all of them when a rubric has fewer)."""
     protected_tags: list[str] = []
-    """Criteria with any of these tags are never dropped (negative-weight criteria never are)."""
+    """Criteria with any of these tags are never dropped (negative-weight criteria never are). Tags
+    match case-insensitively (RaR's `category:essential` tags are lower-cased on load); a tag no
+    criterion of the training data carries stops the run at start-up, as do the next three fields'."""
     protected_ids: list[str] = []
-    """Criteria with these ids are never dropped."""
+    """Criteria with these ids (matched exactly) are never dropped."""
     tag_rates: dict[str, float] = {}
     """Own drop rates by tag, e.g. {"axis:accuracy": 0.1} to spare accuracy criteria (a criterion
     with several such tags takes the lowest); annealed like f."""

@@ -3,6 +3,8 @@
 The keep-mask of one group (all rollouts of one prompt in one step share it):
 
 - every negative-weight criterion is kept, and so is every *protected* one (by id or tag);
+  ids match exactly, tags case-insensitively (`category:Essential` protects RaR's criteria,
+  whose category tags are lower-cased on load: `category:essential`);
 - each other positive criterion k is dropped independently with probability r_k (the dropout
   fraction f, or its own rate: `rate_of`), so the mask is a product of Bernoulli(1 − r_k) draws:
   E[m_k] = 1 − f and Var[m_k] = f(1 − f), which Observation 1's variance rests on;
@@ -46,8 +48,12 @@ class DropoutSpec:
     id_rates: Mapping[str, float] = field(default_factory=dict)
     """Drop rates by criterion id (win over tag rates)."""
 
+    def __post_init__(self) -> None:  # tags compare case-insensitively
+        object.__setattr__(self, "protected_tags", frozenset(t.casefold() for t in self.protected_tags))
+        object.__setattr__(self, "tag_rates", {t.casefold(): r for t, r in self.tag_rates.items()})
+
     def protected(self, c: Criterion) -> bool:
-        return c.id in self.protected_ids or any(t in self.protected_tags for t in c.tags)
+        return c.id in self.protected_ids or any(t.casefold() in self.protected_tags for t in c.tags)
 
     def rate_of(self, c: Criterion, scale: float = 1.0) -> float:
         """Drop probability of `c`: 0 for negative or protected criteria, else its id rate, its
@@ -57,7 +63,7 @@ class DropoutSpec:
         if c.id in self.id_rates:
             rate = self.id_rates[c.id]
         else:
-            tagged = [self.tag_rates[t] for t in c.tags if t in self.tag_rates]
+            tagged = [self.tag_rates[t.casefold()] for t in c.tags if t.casefold() in self.tag_rates]
             rate = min(tagged) if tagged else self.f
         return min(1.0, max(0.0, rate * scale))
 
@@ -136,3 +142,29 @@ def anneal_factor(step: int, schedule: Schedule = "constant", anneal_steps: int 
 def fraction_at(f: float, step: int, schedule: Schedule = "constant", anneal_steps: int | None = None) -> float:
     """The dropout fraction at `step`: f × `anneal_factor`."""
     return f * anneal_factor(step, schedule, anneal_steps)
+
+
+def unmatched(protected_ids: Sequence[str], protected_tags: Sequence[str], id_rates: Mapping[str, float],
+              tag_rates: Mapping[str, float], criteria: Sequence[Criterion]) -> str | None:
+    """Why a dropout setting names a tag or id that no criterion of `criteria` (the training data's)
+    carries, in one line with the closest ones there, or None: a protection that protects nothing
+    is a silent no-op otherwise. Tags compare case-insensitively, ids exactly."""
+    import difflib
+
+    ids = {c.id for c in criteria}
+    tags = {t.casefold(): t for c in criteria for t in c.tags}
+    for name, wanted, known, fold in (("protected_ids", list(protected_ids), ids, False),
+                                      ("id_rates", list(id_rates), ids, False),
+                                      ("protected_tags", list(protected_tags), set(tags), True),
+                                      ("tag_rates", list(tag_rates), set(tags), True)):
+        for w in wanted:
+            if (w.casefold() if fold else w) in known:
+                continue
+            what = "tag" if fold else "id"
+            near = difflib.get_close_matches(w.casefold() if fold else w, sorted(known), n=3, cutoff=0.5)
+            hint = f"; closest there: {', '.join(tags[n] if fold else n for n in near)}" if near else \
+                (f"; tags there: {', '.join(sorted(tags.values())[:8])}" if fold and tags else "")
+            how = " (tags match case-insensitively)" if fold else " (ids match exactly)"
+            return (f"rubric.dropout.{name}: {what} {w!r} matches no criterion of the training data{how}"
+                    f"{hint}")
+    return None

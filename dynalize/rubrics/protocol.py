@@ -100,3 +100,28 @@ def measure(graded: Sequence[Graded], per_criterion_limit: int = 64) -> dict[str
     out.update({f"proxy_met/{k}": v for k, v in proxy_rates.items()})
     out.update({f"gold_met/{k}": v for k, v in gold_rates.items()})
     return out
+
+
+JUDGES = (("proxy", "proxy judge (rubric.judge)"), ("gold", "gold judge (rubric.gold_judge)"))
+"""The measurement's judges: the key of their `unscored_<key>` column, and how a line names them."""
+
+
+def missing_verdicts(rows: Sequence[Mapping[str, object]], regraded: Mapping[int, bool] | None = None) -> list[str]:
+    """One line per judge whose verdicts are missing from held-out evaluations (eval/task.jsonl rows,
+    `rubric/unscored_<judge>` replies of `rubric/replies`), e.g. "the gold judge (rubric.gold_judge)
+    failed on 12 of 12 held-out replies at steps 0, 2". Steps that `regraded` marks complete (a later
+    `python -m dynalize.eval --bench rubric`) are not missing."""
+    done = regraded or {}
+    out = []
+    for key, name in JUDGES:
+        steps, failed, replies = [], 0, 0
+        for r in rows:
+            step, n = r.get("step", r.get("version")), r.get(f"rubric/unscored_{key}")
+            if isinstance(n, int | float) and n > 0 and not done.get(step):  # type: ignore[arg-type]
+                steps.append(step)
+                failed += int(n)
+                replies += int(r.get("rubric/replies", n))  # type: ignore[call-overload]
+        if steps:
+            out.append(f"the {name} failed on {failed} of {replies} held-out replies at step"
+                       f"{'s' if len(steps) > 1 else ''} {', '.join(str(s) for s in steps)}")
+    return out

@@ -113,7 +113,7 @@ def build_task(name: str, args: dict[str, Any], seed: int) -> Task:
     try:
         parsed = cls.Args.model_validate(args)
     except ValidationError as e:
-        raise ConfigError(one_line(e, loc_prefix="task.args.")) from None
+        raise ConfigError(one_line(e, loc_prefix="task.args.", model=cls.Args)) from None
     try:
         return cls(parsed, seed=seed)
     except ConfigError:

@@ -143,11 +143,16 @@ def parse_criterion(row: Row, item: Any, k: int, fields: FieldMap, instance: str
         weight: float | None = fields.default_weight
     elif isinstance(raw_weight, str) and raw_weight.strip() in fields.weight_map:
         weight = fields.weight_map[raw_weight.strip()]
-    else:
-        weight = _number(raw_weight)
+    else:  # a string ("5") is not read as a number: a quoted number is a data bug
+        weight = None if isinstance(raw_weight, str) else _number(raw_weight)
     if weight is None:
         known = f" (labels in weight_map: {', '.join(fields.weight_map)})" if fields.weight_map else ""
-        raise row.fail(f"{where}: weight {raw_weight!r} is not a number{known}")
+        quoted = f" (field {fields.weight!r} holds a string: write the number unquoted)" \
+            if isinstance(raw_weight, str) and _number(raw_weight) is not None else ""
+        raise row.fail(f"{where}: weight {raw_weight!r} is not a number{known}{quoted}")
+    if weight == 0:
+        raise row.fail(f"{where}: weight (field {fields.weight!r}) is 0: a criterion worth nothing is neither desired nor "
+                       f"a pitfall (give it points, or leave it out)")
     if fields.tags and item.get(fields.tags) is not None:
         raw_tags = item[fields.tags]
         if hasattr(raw_tags, "tolist"):
