@@ -233,7 +233,7 @@ def test_a_checkpoint_from_before_manifests_loads_with_one_line_saying_so(three_
     assert main(["--resume", str(run), "steps=4"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint.unverified" in line]
     assert len(lines) == 1 and "from before manifests" in lines[0] and "step_000003" in lines[0]
-    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_scratch_as_the_same_run(three_steps, tmp_path, capsys):

@@ -33,7 +33,7 @@ def argv(tmp_path: Path, *extra: str) -> list[str]:
 def test_left_out_rollouts_are_counted_and_failed_verdicts_asked_again(tmp_path):
     assert main(argv(tmp_path, "max_left_out_rate=null")) == 0
     metrics = read_jsonl(tmp_path / "s" / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
     assert sum(m["left_out"] for m in metrics) > 0
     for m in metrics:
         rollouts = read_jsonl(tmp_path / "s" / "rollouts" / f"step_{m['step']:06d}.jsonl")
@@ -49,7 +49,7 @@ def test_too_many_left_out_rollouts_stop_the_run_after_a_full_window(tmp_path, c
     assert err[-1].startswith("stopped: ") and "rollouts" in err[-1] and "more than max_left_out_rate=0.2" in err[-1]
     assert "over the last 2 steps" in err[-1] and "--resume" in err[-1]
     metrics = read_jsonl(tmp_path / "s" / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [0, 1]  # step 0 alone did not stop it: the window was not full
+    assert [m["step"] for m in metrics] == [1, 2]  # step 1 alone did not stop it: the window was not full
     assert sum(m["left_out"] for m in metrics) > 0.2 * 16
     assert (tmp_path / "s" / "checkpoints" / "step_000002" / "manifest.json").is_file()
 
@@ -57,4 +57,4 @@ def test_too_many_left_out_rollouts_stop_the_run_after_a_full_window(tmp_path, c
 def test_a_run_stopped_for_left_out_rollouts_resumes_once_the_limit_or_the_cause_changes(tmp_path, capsys):
     assert main(argv(tmp_path, "left_out_window=2")) == 3
     assert main(["--resume", str(tmp_path / "s"), "max_left_out_rate=null"]) == 0
-    assert [m["step"] for m in read_jsonl(tmp_path / "s" / "metrics.jsonl")] == [0, 1, 2]
+    assert [m["step"] for m in read_jsonl(tmp_path / "s" / "metrics.jsonl")] == [1, 2, 3]

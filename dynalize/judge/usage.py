@@ -31,3 +31,9 @@ class CountedChat(ChatModel):
 
     async def close(self) -> None:
         await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the wrapped model's (its endpoint, label, usage counters)."""
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
