@@ -194,11 +194,10 @@ def _accepts(annotation: Any, value: Any) -> bool:
 def _checked(cfg: RunConfig) -> RunConfig:
     """`cfg`, or one line naming a setting that names an object this process was not given
     (a run started from Python, resumed from the command line)."""
-    tree = cfg.model_dump(mode="json")
-    for key, value in flatten(tree).items():
+    for value in flatten(cfg.model_dump(mode="json")).values():
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, str) and v.startswith(OBJECT_PREFIX) and not is_given(v):
-                given_object(v, key)
+                given_object(v)
     return cfg
 
 

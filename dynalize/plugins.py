@@ -40,13 +40,14 @@ def is_given(spec: Any) -> bool:
     return isinstance(spec, str) and spec in _GIVEN
 
 
-def given_object(spec: str, what: str) -> Any:
+def given_object(spec: str, what: str = "") -> Any:
     """The object held under `spec`, or one line saying it was a Python object not saved with the run."""
     if spec not in _GIVEN:
         setting = spec.removeprefix(OBJECT_PREFIX)
-        raise ConfigError(f"config error: {setting} was a Python object ({what}) given to dynalize.train, and such "
-                          f"objects are not saved with the run: continue it from Python, dynalize.train(config, "
-                          f"resume=RUN_DIR) with the same objects, or give {setting} as a path")
+        raise ConfigError(f"config error: {setting} was a Python object{f' ({what})' if what else ''} given to "
+                          f"dynalize.train, and such objects are not saved with the run: continue it from Python, "
+                          f"dynalize.train(config, resume=RUN_DIR) with the same objects, or give {setting} as an "
+                          f"import path or file")
     return _GIVEN[spec]
 
 
