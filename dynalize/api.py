@@ -23,11 +23,13 @@ from a part that failed. The CLI maps them to its exit codes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import statistics
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,9 +215,20 @@ def run(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
     if not process_state().is_main_process:
         follow(cfg)
         return RunResult(cfg.run_dir, cfg)
-    preflight(cfg)
-    history = anyio.run(train_async, cfg, resume, base, overwrite)
+    _sync(preflight, cfg)
+    history = _sync(anyio.run, train_async, cfg, resume, base, overwrite)
     return RunResult(cfg.run_dir, cfg, history)
+
+
+def _sync(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`, which runs an event loop of its own: in a thread of its own when this thread
+    already runs one (a Jupyter notebook), where a second loop cannot start."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn(*args)
+    with ThreadPoolExecutor(1, thread_name_prefix="dynalize") as pool:
+        return pool.submit(fn, *args).result()
 
 
 # --- moved from run.py: logging, threads, the run itself, its summary ---------------------------

@@ -4,9 +4,9 @@ settings name can work.
 Always: an engine that needs vLLM when vLLM is not installed, a remote generator without servers,
 an API-backed chat model without `base_url` or `model`. Then, unless `preflight: false`, one short
 request to every API-backed model the run uses, concurrently: each OpenAI-compatible chat model
-(penalty judge, proposer, dedup model, rubric proxy and gold judges, a task's own, e.g. the
-simulated user) gets one chat completion of at most 8 tokens with the run's own model name and
-key, and each server of a remote generator `GET /v1/models`, which must list the served model.
+(penalty judge, proposer, dedup model, rubric proxy judge, the gold judge when the run evaluates,
+a task's own, e.g. the simulated user) gets one chat completion of at most 8 tokens with the
+run's own model name and key, and each server of a remote generator `GET /v1/models`, which must list the served model.
 An endpoint that cannot be reached, refuses the key (401/403), does not serve the model, or
 answers the request with an error stops the run with one line naming the role, the setting and
 the endpoint (a `ConfigError`: `python -m dynalize.run` exits 2). Transient answers (timeouts,
@@ -62,8 +62,9 @@ def chat_roles(cfg: RunConfig) -> list[ChatRole]:
         roles.append(ChatRole("penalty judge", "penalties.judge.chat", p.judge.chat))
     if r.enabled and r.judge.engine == "llm" and r.judge.chat is not None:
         roles.append(ChatRole("rubric proxy judge", "rubric.judge.chat", r.judge.chat))
-    if r.enabled and r.gold_judge is not None and r.gold_judge.engine == "llm" and r.gold_judge.chat is not None:
-        roles.append(ChatRole("rubric gold judge", "rubric.gold_judge.chat", r.gold_judge.chat))
+    gold = r.gold_judge
+    if r.enabled and cfg.eval_every and gold is not None and gold.engine == "llm" and gold.chat is not None:
+        roles.append(ChatRole("rubric gold judge", "rubric.gold_judge.chat", gold.chat))  # used at evaluation
     return roles + task_chat_roles(cfg)
 
 

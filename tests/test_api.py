@@ -2,6 +2,7 @@
 and resumes from Python; settings that name code or data take Python objects (saved as import paths
 when one reaches them, else held for the call and refused, in one line, by `--resume`)."""
 
+import asyncio
 import json
 import os
 import re
@@ -60,12 +61,16 @@ def test_the_worked_example_runs_as_written_resumes_from_python_and_the_cli_refu
     assert (run / "metrics.jsonl").read_bytes() == before
 
 
-def test_a_task_instance_and_a_lambda_reward_train_from_python(tmp_path):
-    result = dynalize.train(
-        {"output_dir": str(tmp_path), "name": "api", "steps": 2, "batch_size": 8, "group_size": 4, "progress": False,
-         "checkpoint_every": 0, "torch_threads": 1, "task": {"name": ToyTask(ToyArgs(n_topics=4))}},
-        reward_model={"engine": "python", "path": lambda texts: [len(t) / 100 for t in texts]},
-        **{"generator.max_new_tokens": 8}, log_level=None)
+def test_a_task_instance_and_a_lambda_reward_train_from_python_in_a_running_event_loop(tmp_path):
+    async def notebook_cell():  # Jupyter runs cells inside an event loop
+        return dynalize.train(
+            {"output_dir": str(tmp_path), "name": "api", "steps": 2, "batch_size": 8, "group_size": 4,
+             "progress": False, "checkpoint_every": 0, "torch_threads": 1,
+             "task": {"name": ToyTask(ToyArgs(n_topics=4))}},
+            reward_model={"engine": "python", "path": lambda texts: [len(t) / 100 for t in texts]},
+            **{"generator.max_new_tokens": 8}, log_level=None)
+
+    result = asyncio.run(notebook_cell())
     assert result.run_dir == tmp_path / "api" and (result.run_dir / "final" / "config.json").is_file()
     assert result.metrics["step"] == 1 and result.metrics == read_jsonl(result.run_dir / "metrics.jsonl")[-1]
     assert result.metrics["gen_len/mean"] <= 8

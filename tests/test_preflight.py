@@ -97,7 +97,7 @@ def refused(argv, capsys, tmp_path) -> str:
 
 
 ALL_ROLES = {
-    "penalties.enabled": True, "rubric.enabled": True,
+    "penalties.enabled": True, "rubric.enabled": True, "eval_every": 5,
     "penalties.proposer": {"engine": "llm", "chat": {"base_url": "URL", "model": "proposer"},
                            "dedup_chat": {"base_url": "URL", "model": "dedup"}},
     "penalties.judge": {"engine": "llm", "chat": {"base_url": "URL", "model": "penalty-judge"}},
@@ -121,6 +121,8 @@ def test_every_api_backed_model_a_run_uses_gets_one_short_request(tmp_path):
             ("penalty judge", "penalties.judge.chat"), ("rubric proxy judge", "rubric.judge.chat"),
             ("rubric gold judge", "rubric.gold_judge.chat"), ("the task's user simulator", "task.args.user_simulator")]
         preflight(cfg)
+        no_eval = cfg.model_copy(update={"eval_every": 0})
+        assert "rubric.gold_judge.chat" not in [r.setting for r in chat_roles(no_eval)]  # used only to evaluate
     asked = sorted(body["model"] for _, path, body in server.requests)
     assert asked == sorted(["proposer", "dedup", "penalty-judge", "proxy", "gold", "patient"])
     assert all(path == "/v1/chat/completions" and body["max_tokens"] == PING_TOKENS for _, path, body in server.requests)
