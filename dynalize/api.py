@@ -14,7 +14,8 @@ path reaches (a module-level class or function of an importable module) is saved
 config.yaml as `module:name`, so the run resumes from the command line too; any other (a lambda,
 an instance, data in memory, code in `__main__`) is held for this call only (dynalize.plugins):
 such a run is continued with `dynalize.train(config, resume=RUN_DIR)` given the same objects,
-and `python -m dynalize.run --resume` refuses it with one line.
+and `python -m dynalize.run --resume` refuses it with one line. Data in memory is named with a
+fingerprint of its rows, so a resume given other rows is refused (`task` may not change).
 
 Errors are raised: `ConfigError` (bad input, an engine misconfigured or unreachable; before the
 run directory exists), `RunStopped` (the run stopped itself after a checkpoint), anything else
@@ -24,6 +25,8 @@ from a part that failed. The CLI maps them to its exit codes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import os
 import statistics
@@ -154,10 +157,26 @@ def _store_objects(tree: dict[str, Any]) -> dict[str, Any]:
     args = task.get("args") if isinstance(task.get("args"), dict) else {}
     fields = _task_fields(task.get("name"))
     for name, value in args.items():
-        if isinstance(value, (list, tuple)) and name in fields and not _accepts(fields[name], value):
-            args[name] = give_object(f"task.args.{name}", value)  # in-memory data where a path goes
+        listed = isinstance(value, (list, tuple)) and name in fields and not _accepts(fields[name], value)
+        if listed or _is_table(value):  # in-memory data where a path goes
+            args[name] = give_object(f"task.args.{name}", value, tag=fingerprint(value))
     _replace(tree, "")
     return tree
+
+
+def _is_table(value: Any) -> bool:
+    """A datasets.Dataset or a pandas DataFrame."""
+    return hasattr(value, "_fingerprint") or (hasattr(value, "to_dict") and hasattr(value, "columns"))
+
+
+def fingerprint(data: Any) -> str:
+    """12 hex digits of the SHA-256 of in-memory data's rows (JSON, keys sorted): the same rows,
+    the same fingerprint, in any process."""
+    rows = data.to_dict("records") if hasattr(data, "to_dict") and hasattr(data, "columns") else data
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, default=str).encode("utf-8") + b"\n")
+    return digest.hexdigest()[:12]
 
 
 def _replace(tree: dict[str, Any], prefix: str) -> None:

@@ -5,7 +5,8 @@ importing a Python file would: only use configs whose modules you trust.
 
 Python objects given to `dynalize.train` that no import path reaches (a lambda, a task instance,
 data in memory) are held here for the run and named in its config as `object:<setting>`, e.g.
-`task.args.train_file: object:task.args.train_file`. Nothing of them is saved with the run, so
+`reward_model.path: object:reward_model.path` (data with its rows' fingerprint:
+`task.args.train_file: object:task.args.train_file@5f0c1a2b3d4e`). Nothing of them is saved with the run, so
 `python -m dynalize.run --resume` refuses such a run with one line; `dynalize.train(...,
 resume=RUN_DIR)` given the same objects again continues it.
 """
@@ -24,9 +25,11 @@ OBJECT_PREFIX = "object:"
 _GIVEN: dict[str, Any] = {}
 
 
-def give_object(setting: str, obj: Any) -> str:
-    """Hold `obj` for this process's run under `object:<setting>` (the spec the config keeps)."""
-    spec = OBJECT_PREFIX + setting
+def give_object(setting: str, obj: Any, tag: str = "") -> str:
+    """Hold `obj` for this process's run under `object:<setting>` (the spec the config keeps),
+    `@<tag>` appended when given (data carries its content's fingerprint, so a resume given
+    other data changes the setting, and is refused)."""
+    spec = OBJECT_PREFIX + setting + (f"@{tag}" if tag else "")
     _GIVEN[spec] = obj
     return spec
 
@@ -43,7 +46,7 @@ def is_given(spec: Any) -> bool:
 def given_object(spec: str, what: str = "") -> Any:
     """The object held under `spec`, or one line saying it was a Python object not saved with the run."""
     if spec not in _GIVEN:
-        setting = spec.removeprefix(OBJECT_PREFIX)
+        setting = spec.removeprefix(OBJECT_PREFIX).partition("@")[0]
         raise ConfigError(f"config error: {setting} was a Python object{f' ({what})' if what else ''} given to "
                           f"dynalize.train, and such objects are not saved with the run: continue it from Python, "
                           f"dynalize.train(config, resume=RUN_DIR) with the same objects, or give {setting} as an "

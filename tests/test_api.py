@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 import dynalize
-from dynalize.api import resolve_config
+from dynalize.api import fingerprint, resolve_config
+from dynalize.config import dump_config
 from dynalize.build import build_criteria_judge
 from dynalize.config import ConfigError
 from dynalize.plugins import forget_objects, give_object
@@ -49,7 +50,7 @@ def test_the_worked_example_runs_as_written_resumes_from_python_and_the_cli_refu
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000003", "step_000005"]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["reward_model"]["path"] == "object:reward_model.path"
-    assert saved["task"]["args"]["train_file"] == "object:task.args.train_file"
+    assert saved["task"]["args"]["train_file"].startswith("object:task.args.train_file@")
     before = (run / "metrics.jsonl").read_bytes()
     cli = subprocess.run([sys.executable, "-m", "dynalize.run", "--resume", str(run)], cwd=tmp_path, env=env(),
                          capture_output=True, text=True, timeout=300)
@@ -94,7 +95,8 @@ def test_a_list_or_dataset_where_a_task_expects_a_path_is_its_data_and_a_list_se
     cfg = resolve_config({"task": {"name": "creative_writing", "args": {
         "train_file": rows, "eval_file": datasets.Dataset.from_list(rows[:1]), "reasoning_tags": ["<a>", "</a>"]}}})
     args = cfg.task.args
-    assert (args["train_file"], args["eval_file"]) == ("object:task.args.train_file", "object:task.args.eval_file")
+    assert args["train_file"] == f"object:task.args.train_file@{fingerprint(rows)}"
+    assert args["eval_file"] == f"object:task.args.eval_file@{fingerprint(rows[:1])}"
     assert args["reasoning_tags"] == ["<a>", "</a>"]
     task = build_task(cfg.task.name, cfg.task.args, 0)
     assert [p.meta["writing_prompt"] for p in task.prompts("train")] == ["one", "two", "three"]
@@ -148,3 +150,16 @@ def test_resume_through_the_api_refuses_what_would_change_the_run(tmp_path):
     with pytest.raises(ConfigError, match=r"--resume cannot change seed \(1 -> 2\)"):
         resolve_config({"seed": 2}, resume=run)
     assert resolve_config(None, [("steps", 3)], resume=run).seed == 1
+
+
+def test_a_resume_given_other_rows_than_the_run_was_trained_on_is_refused(tmp_path):
+    rows = [{"prompt": "one"}, {"prompt": "two"}]
+    config = {"output_dir": str(tmp_path), "name": "r", "task": {"name": "creative_writing",
+                                                               "args": {"train_file": rows}}}
+    (tmp_path / "r").mkdir()
+    dump_config(resolve_config(config), tmp_path / "r" / "config.yaml")
+    assert resolve_config(config, resume=tmp_path / "r").task.args == resolve_config(config).task.args
+    assert fingerprint([{"prompt": "one"}, {"prompt": "two"}]) == fingerprint(datasets.Dataset.from_list(rows))
+    other = {**config, "task": {"name": "creative_writing", "args": {"train_file": rows + [{"prompt": "three"}]}}}
+    with pytest.raises(ConfigError, match=r"--resume cannot change task.args.train_file"):
+        resolve_config(other, resume=tmp_path / "r")
