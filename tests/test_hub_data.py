@@ -25,6 +25,9 @@ configs:
 - config_name: small
   data_files:
   - {split: train, path: small/train.jsonl}
+- config_name: prefs
+  data_files:
+  - {split: pairs, path: prefs/pairs.jsonl}
 ---
 """
 
@@ -36,6 +39,9 @@ def write_snapshot(cache: Path, commit: str, prompts: dict[str, list[str]]) -> N
     for rel, texts in prompts.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts), encoding="utf-8")
+    (root / "prefs").mkdir(exist_ok=True)
+    (root / "prefs" / "pairs.jsonl").write_text(json.dumps({"prompt": "p", "chosen": "good", "rejected": "bad"}) + "\n",
+                                               encoding="utf-8")
 
 
 @pytest.fixture
@@ -57,11 +63,15 @@ def offline_hub(tmp_path):
 
 READ = """
 import json, sys
+from dynalize.rm.pairfile import read_pairs
 from dynalize.tasks.data import DataError, read_rows
 out = {}
 for spec in sys.argv[1:]:
     try:
-        out[spec] = [r.data["prompt"] for r in read_rows(spec, required=["prompt"])]
+        if spec.endswith(":pairs"):
+            out[spec] = [(p.chosen, p.rejected) for p in read_pairs(spec)]
+        else:
+            out[spec] = [r.data["prompt"] for r in read_rows(spec, required=["prompt"])]
     except DataError as e:
         out[spec] = str(e)
 print(json.dumps(out))
@@ -80,6 +90,10 @@ def test_hub_ids_load_offline_from_the_local_hub_cache_with_split_revision_and_c
     assert got == {"hub:org/stories": ["a dragon", "a moon", "a ship"], "hub:org/stories:test": ["a test"],
                    "hub:org/stories@v1:train": ["old prompt"], f"hub:org/stories@{V1}:test": ["old test"],
                    "hub:org/stories:small:train": ["small one"]}
+
+
+def test_a_reward_model_pair_file_may_be_a_hub_dataset(offline_hub):
+    assert read_offline(offline_hub, "hub:org/stories:prefs:pairs") == {"hub:org/stories:prefs:pairs": [["good", "bad"]]}
 
 
 def test_a_hub_id_that_cannot_be_resolved_offline_fails_with_one_line_naming_it(offline_hub):
