@@ -2,8 +2,9 @@
 
 Reads the config, runs it through the Python API (dynalize/api.py, what `dynalize.train` runs),
 prints a summary. The settings start from `--config`'s file, or from the run's saved config with
-`--resume`, or else from the defaults in dynalize/config.py; dotted overrides apply on top. With no arguments at all it runs the built-in
-demo, dynalize/assets/default.yaml (the sandbox task with Dynalize on, a few minutes on a CPU).
+`--resume`, or else from the defaults in dynalize/config.py; dotted overrides apply on top. With
+no arguments at all it runs the built-in demo, dynalize/assets/default.yaml (the sandbox task with
+Dynalize on, a few minutes on a CPU).
 
 Exit codes: 0 done; 1 an unexpected error (a traceback; task code that raised: which hook, then
 its traceback); 2 bad input (one line: a config, a task, a run directory already in use, a

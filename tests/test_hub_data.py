@@ -93,7 +93,8 @@ def test_hub_ids_load_offline_from_the_local_hub_cache_with_split_revision_and_c
 
 
 def test_a_reward_model_pair_file_may_be_a_hub_dataset(offline_hub):
-    assert read_offline(offline_hub, "hub:org/stories:prefs:pairs") == {"hub:org/stories:prefs:pairs": [["good", "bad"]]}
+    got = read_offline(offline_hub, "hub:org/stories:prefs:pairs")
+    assert got == {"hub:org/stories:prefs:pairs": [["good", "bad"]]}
 
 
 def test_a_hub_id_that_cannot_be_resolved_offline_fails_with_one_line_naming_it(offline_hub):
@@ -105,7 +106,8 @@ def test_a_hub_id_that_cannot_be_resolved_offline_fails_with_one_line_naming_it(
 
 def test_a_run_on_an_unresolvable_hub_id_exits_2_with_one_line_and_no_run_directory(offline_hub, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "dynalize.run", f"output_dir={tmp_path / 'runs'}", "name=hub", "task.name=creative_writing",
+        [sys.executable, "-m", "dynalize.run", f"output_dir={tmp_path / 'runs'}", "name=hub",
+         "task.name=creative_writing",
          "task.args.train_file=hub:org/missing", "reward_model.engine=python",
          "reward_model.path=examples.haiku.haiku_task:haiku_reward"],
         env=offline_hub, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -34,22 +34,25 @@ class ModelServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def refuse(self):
+            def refused(self) -> bool:
+                """Answered with the server's fixed status, or a 401 for a wrong key."""
                 if server.status:
-                    return self.reply(server.status, {"error": {"message": "overloaded"}})
-                if server.key and self.headers.get("authorization") != f"Bearer {server.key}":
-                    return self.reply(401, {"error": {"message": "invalid api key"}})
-                return None
+                    self.reply(server.status, {"error": {"message": "overloaded"}})
+                elif server.key and self.headers.get("authorization") != f"Bearer {server.key}":
+                    self.reply(401, {"error": {"message": "invalid api key"}})
+                else:
+                    return False
+                return True
 
             def do_GET(self):
                 server.requests.append(("GET", self.path, None))
-                if self.refuse() is None:
+                if not self.refused():
                     self.reply(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 server.requests.append(("POST", self.path, body))
-                if self.refuse() is not None:
+                if self.refused():
                     return
                 if body["model"] not in server.models:
                     return self.reply(404, {"error": {"message": f"The model `{body['model']}` does not exist."}})
@@ -125,7 +128,8 @@ def test_every_api_backed_model_a_run_uses_gets_one_short_request(tmp_path):
         assert "rubric.gold_judge.chat" not in [r.setting for r in chat_roles(no_eval)]  # used only to evaluate
     asked = sorted(body["model"] for _, path, body in server.requests)
     assert asked == sorted(["proposer", "dedup", "penalty-judge", "proxy", "gold", "patient"])
-    assert all(path == "/v1/chat/completions" and body["max_tokens"] == PING_TOKENS for _, path, body in server.requests)
+    assert all(path == "/v1/chat/completions" and body["max_tokens"] == PING_TOKENS
+               for _, path, body in server.requests)
 
 
 def test_preflight_false_sends_nothing(tmp_path):
@@ -182,7 +186,8 @@ def test_a_remote_server_that_serves_another_model_is_one_line(tmp_path, capsys)
     with ModelServer(["other"]) as server:
         line = refused(toy(tmp_path, "generator.engine=remote", f"generator.base_urls=[{server.root}]",
                            "generator.served_model_name=policy"), capsys, tmp_path)
-    assert f"at {server.root}: does not serve model 'policy' (it serves 'other'; set generator.served_model_name)" in line
+    assert (f"at {server.root}: does not serve model 'policy' (it serves 'other'; "
+            f"set generator.served_model_name)") in line
     assert server.requests == [("GET", "/v1/models", None)]
 
 
@@ -194,7 +199,8 @@ needs_no_vllm = pytest.mark.skipif(vllm_installed(), reason="vLLM is installed h
 @needs_no_vllm
 def test_the_vllm_generator_without_vllm_is_one_line(tmp_path, capsys):
     line = refused(toy(tmp_path, "generator.engine=vllm"), capsys, tmp_path)
-    assert line.startswith("error: config error: generator.engine is vllm, but vLLM is not installed: `pip install vllm`")
+    assert line.startswith("error: config error: generator.engine is vllm, but vLLM is not installed: "
+                           "`pip install vllm`")
 
 
 @needs_no_vllm
