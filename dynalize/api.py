@@ -141,8 +141,6 @@ def _apply(tree: dict[str, Any], overrides: Iterable[tuple[str, Any]], merge: bo
         if merge and isinstance(value, Mapping):
             for sub, v in flatten(_copy(value)).items():
                 _set_dotted(tree, f"{key}.{sub}", v)
-            if not value:
-                _set_dotted(tree, key, {})
         else:
             _set_dotted(tree, key, value)
     return tree
