@@ -242,7 +242,10 @@ def _sync(fn: Callable[..., Any], *args: Any) -> Any:
     already runs one (a Jupyter notebook), where a second loop cannot start."""
     try:
         asyncio.get_running_loop()
+        in_a_loop = True
     except RuntimeError:
+        in_a_loop = False
+    if not in_a_loop:  # outside the except block: fn's errors must not chain onto this RuntimeError
         return fn(*args)
     with ThreadPoolExecutor(1, thread_name_prefix="dynalize") as pool:
         return pool.submit(fn, *args).result()

@@ -86,8 +86,9 @@ def read_offline(env: dict[str, str], *specs: str) -> dict:
 
 def test_hub_ids_load_offline_from_the_local_hub_cache_with_split_revision_and_config(offline_hub):
     got = read_offline(offline_hub, "hub:org/stories", "hub:org/stories:test", "hub:org/stories@v1:train",
-                       f"hub:org/stories@{V1}:test", "hub:org/stories:small:train")
+                       f"hub:org/stories@{V1}:test", "hub:org/stories:small:train", "hub:org/stories:train[1:]")
     assert got == {"hub:org/stories": ["a dragon", "a moon", "a ship"], "hub:org/stories:test": ["a test"],
+                   "hub:org/stories:train[1:]": ["a moon", "a ship"],
                    "hub:org/stories@v1:train": ["old prompt"], f"hub:org/stories@{V1}:test": ["old test"],
                    "hub:org/stories:small:train": ["small one"]}
 
@@ -126,3 +127,5 @@ def test_a_malformed_hub_id_is_refused_with_its_form(spec):
 def test_hub_id_fields():
     assert HubId.parse("hub:org/x@rev:cfg:test") == HubId("org/x", "rev", "cfg", "test")
     assert HubId.parse("hub:squad") == HubId("squad")
+    assert HubId.parse("hub:org/x:train[:2]") == HubId("org/x", split="train[:2]")
+    assert HubId.parse("hub:org/x@v1:cfg:train[1:3]") == HubId("org/x", "v1", "cfg", "train[1:3]")

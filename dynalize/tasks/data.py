@@ -9,8 +9,9 @@ exits 2) naming the file and, for a bad row, its place and the field:
     rows[0].data["prompt"], rows[0].where        # "data/train.jsonl line 1"
 
 Places are 1-based file lines for JSONL and CSV (a CSV row's first line; the header is line 1)
-and 0-based row indices for parquet, `datasets` folders, Hub datasets and data in memory. The format follows the path: a
-directory is a `datasets` folder, otherwise the suffix decides (.jsonl/.ndjson, .csv, .parquet).
+and 0-based row indices for parquet, `datasets` folders, Hub datasets and data in memory. The
+format follows the path: a directory is a `datasets` folder, otherwise the suffix decides
+(.jsonl/.ndjson, .csv, .parquet).
 
 File-based tasks take `DataArgs` (train file, eval file or held-out fraction) and build their
 splits with `load_splits(args, load)`, where `load` turns one file into prompts.
@@ -23,6 +24,7 @@ import hashlib
 import io
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,7 +167,7 @@ class HubId:
         body = spec.removeprefix(HUB_PREFIX)
         repo, _, rest = body.partition(":")
         repo, _, revision = repo.partition("@")
-        parts = rest.split(":") if rest else []
+        parts = re.split(r":(?![^\[]*\])", rest) if rest else []  # a split may be sliced: train[:100]
         if not repo or repo.count("/") > 1 or len(parts) > 2 or "" in parts or (revision == "" and "@" in body):
             raise DataError(f"data error: {spec!r} is not a Hub dataset id: use hub:ORG/NAME, "
                             f"hub:ORG/NAME@REVISION:SPLIT or hub:ORG/NAME@REVISION:CONFIG:SPLIT")
