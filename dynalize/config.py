@@ -228,6 +228,11 @@ class RunConfig(Section):
     """Replies sampled per held-out prompt at each evaluation."""
     progress: bool = True
     """Show a live progress bar."""
+    preflight: bool = True
+    """Before the run directory is made and any model loads, send one short request to every
+    API-backed model the run uses (judges, proposer, dedup model, a task's simulated user, remote
+    generator servers): one that cannot be reached, refuses the key (401/403) or does not serve the
+    model stops the run with one line naming the role and the endpoint (exit 2). dynalize/preflight.py."""
     report_to: list[Literal["tensorboard", "wandb", "trackio", "mlflow"]] = []
     """Experiment trackers to log to, any of them (default none; `pip install -e ".[trackers]"`):
     every metric per step, this config as hyper-parameters, the reward terms' events (penalties

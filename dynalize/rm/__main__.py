@@ -190,6 +190,9 @@ def quiet_transformers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"{USAGE}\n\n{__doc__.split(chr(10), 2)[2].strip()}")
+        return 0
     if not argv or argv[0] not in ("pairs", "train"):
         print(USAGE, file=sys.stderr)
         return 2

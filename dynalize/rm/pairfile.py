@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..runlog import write_jsonl_atomic
-from ..tasks.data import read_rows
+from ..tasks.data import HUB_PREFIX, read_rows
 from ..types import Message
 
 ROLES = ("system", "user", "assistant")
@@ -90,9 +90,11 @@ def parse_pair(row: Any, where: str) -> Pair:
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
-    """Every pair of a file (JSONL; also CSV, parquet or a `datasets` folder with these columns,
-    read by `dynalize.tasks.data.read_rows`); the first bad row, or an empty file, stops with one
-    line naming it."""
+    """Every pair of a file (JSONL; also CSV, parquet, a `datasets` folder or a Hub dataset
+    `hub:ORG/NAME[@REVISION][:SPLIT]` with these columns, read by `dynalize.tasks.data.read_rows`);
+    the first bad row, or an empty file, stops with one line naming it."""
+    if str(path).startswith(HUB_PREFIX):
+        return [parse_pair(row.data, row.where) for row in read_rows(str(path))]
     p = Path(path)
     if not p.exists():
         raise PairFileError(f"pair file not found: {p}")

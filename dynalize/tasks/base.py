@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..backends.base import RewardModel, RMInput
 from ..errors import ConfigError, describe, one_line
-from ..plugins import import_object
+from ..plugins import OBJECT_PREFIX, import_object
 from ..types import Message, Prompt
 
 Split = Literal["train", "eval"]
@@ -101,6 +101,8 @@ def task_class(name: str) -> type[Task]:
         cls: Any = import_object(target, "task")
     except ConfigError as e:
         raise UnknownTaskError(str(e)) from None
+    if isinstance(cls, Task):  # an instance given to dynalize.train
+        return type(cls)
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise UnknownTaskError(f"task {name!r} is not a dynalize.tasks.base.Task subclass")
     return cls
@@ -108,8 +110,14 @@ def task_class(name: str) -> type[Task]:
 
 def build_task(name: str, args: dict[str, Any], seed: int) -> Task:
     """Instantiate a task, validating its `args` against the task's own Args model. A task that
-    raises while starting (a missing file, a bad column) stops the run with one line."""
+    raises while starting (a missing file, a bad column) stops the run with one line. A task
+    instance given to dynalize.train is used as it is (and takes no `args`)."""
     cls = task_class(name)
+    if name.startswith(OBJECT_PREFIX) and isinstance(given := import_object(name, "task"), Task):
+        if args:
+            raise ConfigError("config error: task.args: the task was given as an instance, which has its "
+                              "settings already: give its class to set task.args")
+        return given
     try:
         parsed = cls.Args.model_validate(args)
     except ValidationError as e:

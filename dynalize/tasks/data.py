@@ -1,4 +1,6 @@
-"""Task data loaders: rows from JSONL, CSV, parquet, or a `datasets` folder (`save_to_disk`).
+"""Task data loaders: rows from JSONL, CSV, parquet, a `datasets` folder (`save_to_disk`), a
+Hugging Face Hub dataset id (`hub:ORG/NAME[@REVISION][:SPLIT]`, through `datasets.load_dataset`),
+or data given in memory to `dynalize.train` (a `datasets.Dataset`, a list of dicts).
 
 Every problem is a `DataError` (a `ConfigError`, so `python -m dynalize.run` prints one line and
 exits 2) naming the file and, for a bad row, its place and the field:
@@ -7,8 +9,9 @@ exits 2) naming the file and, for a bad row, its place and the field:
     rows[0].data["prompt"], rows[0].where        # "data/train.jsonl line 1"
 
 Places are 1-based file lines for JSONL and CSV (a CSV row's first line; the header is line 1)
-and 0-based row indices for parquet and `datasets` folders. The format follows the path: a
-directory is a `datasets` folder, otherwise the suffix decides (.jsonl/.ndjson, .csv, .parquet).
+and 0-based row indices for parquet, `datasets` folders, Hub datasets and data in memory. The
+format follows the path: a directory is a `datasets` folder, otherwise the suffix decides
+(.jsonl/.ndjson, .csv, .parquet).
 
 File-based tasks take `DataArgs` (train file, eval file or held-out fraction) and build their
 splits with `load_splits(args, load)`, where `load` turns one file into prompts.
@@ -21,6 +24,7 @@ import hashlib
 import io
 import json
 import random
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -186,17 +190,98 @@ def data_format(path: Path) -> str:
     return fmt
 
 
+HUB_PREFIX = "hub:"
+"""A data path starting with this names a Hugging Face Hub dataset (docs/data_formats.md)."""
+
+
+@dataclass(frozen=True)
+class HubId:
+    """`hub:ORG/NAME[@REVISION][:SPLIT]` or `hub:ORG/NAME[@REVISION][:CONFIG:SPLIT]`, parsed."""
+
+    name: str
+    revision: str | None = None
+    config: str | None = None
+    split: str = "train"
+
+    @classmethod
+    def parse(cls, spec: str) -> "HubId":
+        body = spec.removeprefix(HUB_PREFIX)
+        repo, _, rest = body.partition(":")
+        repo, _, revision = repo.partition("@")
+        parts = re.split(r":(?![^\[]*\])", rest) if rest else []  # a split may be sliced: train[:100]
+        if not repo or repo.count("/") > 1 or len(parts) > 2 or "" in parts or (revision == "" and "@" in body):
+            raise DataError(f"data error: {spec!r} is not a Hub dataset id: use hub:ORG/NAME, "
+                            f"hub:ORG/NAME@REVISION:SPLIT or hub:ORG/NAME@REVISION:CONFIG:SPLIT")
+        config, split = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0] if parts else "train")
+        return cls(repo, revision or None, config, split)
+
+
+def _read_hub(spec: str) -> list[Row]:
+    """A Hub dataset's split, through `datasets.load_dataset`: downloaded or cached, or, when the
+    Hub cannot be reached (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE, no network), from the dataset
+    repository in the local Hub cache (`huggingface-cli download --repo-type dataset ORG/NAME`)."""
+    import datasets
+
+    hub = HubId.parse(spec)
+    try:
+        ds = datasets.load_dataset(hub.name, hub.config, split=hub.split, revision=hub.revision)
+    except Exception as online:  # noqa: BLE001 - datasets raises many types; the cached copy is tried next
+        folder = _cached_snapshot(hub)
+        if folder is None:
+            raise DataError(f"data error: {spec}: cannot load the Hub dataset {hub.name!r}"
+                            f"{f' at revision {hub.revision!r}' if hub.revision else ''} and no copy of it is in the "
+                            f"local Hub cache ({_first_line(online)})") from None
+        try:
+            ds = datasets.load_dataset(folder, hub.config, split=hub.split)
+        except Exception as e:  # noqa: BLE001
+            raise DataError(f"data error: {spec}: the cached copy of {hub.name!r} ({folder}) does not load "
+                            f"({_first_line(e)})") from None
+    return [Row(r, f"{spec} row {i}") for i, r in enumerate(ds)]
+
+
+def _cached_snapshot(hub: HubId) -> str | None:
+    """The folder of `hub`'s dataset repository in the local Hub cache, or None; no network."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(hub.name, repo_type="dataset", revision=hub.revision, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached (or not at that revision)
+        return None
+
+
+def _read_memory(spec: str) -> list[Row]:
+    """Rows of data given to `dynalize.train` as a Python object (see dynalize.plugins)."""
+    from ..plugins import given_object
+
+    data = given_object(spec, "data")
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # a pandas DataFrame
+        data = data.to_dict("records")
+    rows = []
+    for i, record in enumerate(data):
+        if not isinstance(record, dict):
+            raise DataError(f"data error: {spec} row {i}: expected a dict, got {type(record).__name__}")
+        rows.append(Row(dict(record), f"{spec} row {i}"))
+    return rows
+
+
 def missing(value: Any) -> bool:
     """A field counts as missing when absent, null, or an empty string."""
     return value is None or (isinstance(value, str) and not value.strip())
 
 
 def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
-    """All rows of a data file, each checked to have the `required` fields."""
+    """All rows of a data file, Hub dataset or data in memory, each checked to have the `required` fields."""
+    from ..plugins import OBJECT_PREFIX
+
     p = Path(path)
-    if not p.exists():
+    if str(path).startswith(HUB_PREFIX):
+        rows = _read_hub(str(path))
+    elif str(path).startswith(OBJECT_PREFIX):
+        rows = _read_memory(str(path))
+    elif not p.exists():
         raise DataError(f"data error: no such data file: {p}")
-    rows = _READERS[data_format(p)](p)
+    else:
+        rows = _READERS[data_format(p)](p)
     if not rows:
         raise DataError(f"data error: {p} has no rows")
     for row in rows:
@@ -250,9 +335,10 @@ class DataArgs(TaskArgs):
     """Where a file-based task reads its prompts, and how it splits off held-out ones."""
 
     train_file: str
-    """Training data: a .jsonl, .csv or .parquet file, or a datasets folder (docs/data_formats.md)."""
+    """Training data: a .jsonl, .csv or .parquet file, a datasets folder, a Hub dataset
+    `hub:ORG/NAME[@REVISION][:SPLIT]`, or (from Python) a Dataset or list of dicts (docs/data_formats.md)."""
     eval_file: str | None = None
-    """Held-out data in the same format; when unset, `eval_fraction` of train_file is held out."""
+    """Held-out data, in any of those forms; when unset, `eval_fraction` of train_file is held out."""
     eval_fraction: float = Field(0.05, ge=0, lt=1)
     """Share of train_file's prompts held out for evaluation when there is no eval_file: at least one
     prompt, and at least one left for training (a one-prompt file is an error); 0 holds out none."""

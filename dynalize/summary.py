@@ -1,0 +1,72 @@
+"""The summary a run prints at its end (and `dynalize.train`'s `RunResult.summary`), and what its
+held-out measurement misses."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from .config import RunConfig
+from .cost import cost_lines
+from .rubrics.protocol import missing_verdicts
+from .runlog import RunDir, read_jsonl
+
+
+def incomplete_measurements(run_dir: Path) -> list[str]:
+    """What the run's held-out evaluations miss (a judge's failed verdicts), one line per judge;
+    evaluations re-graded complete since (eval/rubric.jsonl) are not missing."""
+    run = RunDir(run_dir)
+    if not run.eval_path.exists():
+        return []
+    regraded_path = run.eval_path.parent / "rubric.jsonl"
+    regraded = {r.get("step"): bool(r.get("complete")) for r in read_jsonl(regraded_path)} \
+        if regraded_path.exists() else {}
+    return missing_verdicts(read_jsonl(run.eval_path), regraded)
+
+
+def summary_rows(history: list[dict[str, Any]], run_dir: Path | None = None,
+                 missing: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """(metric, first, last) of a run's steps: the rewards, every held-out metric (its first value
+    the step-0 evaluation's, read from the run's metrics.jsonl), the totals, the token cost, and
+    whether the held-out measurement is complete."""
+    eval_keys = dict.fromkeys(k for h in history for k in h if k.startswith("eval/")  # the task's own too
+                              and "_met/" not in k)  # not every criterion's met rate
+    keys = ["reward/mean", "rm/mean", "rubric/masked", "rubric/full", "gen_len/mean", "loss", *eval_keys,
+            "penalties/active"]
+    first, last = history[0], history[-1]
+    logged = RunDir(run_dir).metrics_path if run_dir is not None else None
+    before = [h for h in read_jsonl(logged) if h.get("step") == 0] if logged and logged.exists() else []
+    rows = []
+    for key in keys:
+        evals = [h[key] for h in before + history if key in h and isinstance(h[key], int | float)]
+        if evals:
+            rows.append((key, f"{evals[0]:.3f}", f"{evals[-1]:.3f}"))
+    steps = len(history)
+    rows.append(("steps", str(first["step"]), str(last["step"])))
+    rows.append(("dropped rollouts (total)", "", str(last["dropped_total"])))
+    rows.append(("rollouts left out, unscored (total)", "", str(last.get("left_out_total", 0))))
+    for what, failed, of in (("judge: failed verdicts", "judge/failed_verdicts_total", "judge/verdicts_total"),
+                             ("proposer: failed proposals", "proposer/failed_total", "proposer/finished_total")):
+        if of in last:
+            n, total = int(last[failed]), int(last[of])
+            rows.append((f"{what} (total)", "", f"{n} of {total} ({n / total:.1%})" if total else "0 of 0"))
+    for role, spent in cost_lines(last):
+        rows.append((f"tokens: {role} (total)", "", spent))
+    if any("eval/rubric/replies" in h for h in history) or missing:
+        rows.append(("held-out measurement", "", "INCOMPLETE: " + "; ".join(missing) if missing else "complete"))
+    rows.append(("rollouts/s (mean)", "", f"{statistics.fmean(h['rollouts_per_s'] for h in history):.1f}"))
+    rows.append(("step time s (mean)", "", f"{statistics.fmean(h['time/step'] for h in history):.2f} × {steps}"))
+    return rows
+
+
+def summary_table(cfg: RunConfig, history: list[dict[str, Any]], missing: list[str] | None = None) -> Table:
+    t = Table(title=f"dynalize run {cfg.name!r}  ({cfg.run_dir})")
+    t.add_column("metric")
+    t.add_column("first", justify="right")
+    t.add_column("last", justify="right")
+    for row in summary_rows(history, cfg.run_dir, missing) if history else []:
+        t.add_row(*row)
+    return t
