@@ -44,9 +44,9 @@ def test_the_worked_example_runs_as_written_resumes_from_python_and_the_cli_refu
     proc = subprocess.run([sys.executable, str(EXAMPLE)], cwd=tmp_path, env=env(), capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "run: runs/python-api, steps 0-2, reward " in proc.stdout
+    assert "run: runs/python-api, 3 steps, reward " in proc.stdout
     run = tmp_path / "runs" / "python-api"
-    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]  # 3 steps, then 2 resumed
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3, 4, 5]  # 3 steps, then 2 resumed
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000003", "step_000005"]
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["reward_model"]["path"] == "object:reward_model.path"
@@ -73,9 +73,9 @@ def test_a_task_instance_and_a_lambda_reward_train_from_python_in_a_running_even
 
     result = asyncio.run(notebook_cell())
     assert result.run_dir == tmp_path / "api" and (result.run_dir / "final" / "config.json").is_file()
-    assert result.metrics["step"] == 1 and result.metrics == read_jsonl(result.run_dir / "metrics.jsonl")[-1]
+    assert result.metrics["step"] == 2 and result.metrics == read_jsonl(result.run_dir / "metrics.jsonl")[-1]
     assert result.metrics["gen_len/mean"] <= 8
-    assert result.summary[0][0] == "reward/mean" and ("steps", "0", "1") in result.summary
+    assert result.summary[0][0] == "reward/mean" and ("steps", "1", "2") in result.summary
     assert result.config.task.name == "object:task.name" and result.config.generator.max_new_tokens == 8
 
 

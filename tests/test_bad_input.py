@@ -222,7 +222,7 @@ def test_a_resume_may_not_change_what_defines_the_reward(tmp_path, earlier, caps
 
 def test_a_resume_may_change_what_only_changes_speed_or_endpoints(tmp_path, earlier):
     assert main(["--resume", str(earlier), "steps=3", "reward_model.batch_size=4", "trainer.micro_batch_size=4"]) == 0
-    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [0, 1, 2]
+    assert [m["step"] for m in read_jsonl(earlier / "metrics.jsonl")] == [1, 2, 3]
 
 
 def test_a_resume_with_fewer_steps_than_done_is_refused_and_rewrites_nothing(tmp_path, earlier, capsys):
@@ -281,7 +281,7 @@ def test_a_full_disk_mid_run_is_one_line_and_the_resume_matches_a_clean_run(tmp_
     def fills_up(path, record):
         if path.name == "metrics.jsonl":
             writes.append(record["step"])
-            if record["step"] == 1:
+            if record["step"] == 2:  # the second step's line (steps are labelled by steps completed)
                 raise OSError(errno.ENOSPC, "No space left on device")
         real(path, record)
 
@@ -290,11 +290,11 @@ def test_a_full_disk_mid_run_is_one_line_and_the_resume_matches_a_clean_run(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: file system error: No space left on device"), err
     run = tmp_path / "runs" / "full"
-    assert damage(run / "checkpoints" / "step_000001") is None and writes == [0, 1]
+    assert damage(run / "checkpoints" / "step_000001") is None and writes == [1, 2]
     monkeypatch.setattr(dynalize.runlog, "append_jsonl", real)  # space freed
     assert main(["--resume", str(run)]) == 0
     resumed, clean = read_jsonl(run / "metrics.jsonl"), read_jsonl(finished_run / "metrics.jsonl")
-    assert [m["step"] for m in resumed] == [0, 1]
+    assert [m["step"] for m in resumed] == [1, 2]
     for key in ("loss", "reward/mean", "grad_norm", "gen_len/mean"):
         assert [m[key] for m in resumed] == [m[key] for m in clean], key
 

@@ -31,7 +31,7 @@ CONFIG = {
 
 if __name__ == "__main__":
     result = dynalize.train(CONFIG, **{"trainer.lr": 1e-4})
-    print(f"run: {result.run_dir}, steps 0-{result.metrics['step']}, reward {result.metrics['reward/mean']:.3f}")
+    print(f"run: {result.run_dir}, {result.metrics['step']} steps, reward {result.metrics['reward/mean']:.3f}")
     # `concise` and ROWS live in this script, so only Python can continue the run: give the same
     # objects again with resume= (python -m dynalize.run --resume refuses, naming the setting).
     more = dynalize.train(CONFIG, resume=result.run_dir, steps=5, **{"trainer.lr": 1e-4})
