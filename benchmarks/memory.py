@@ -259,10 +259,15 @@ def trl_learner(spec):
     inputs = trainer._generate_and_score_completions(rows)
     micro = split_tensor_dict(inputs, spec["batch"] // spec["micro_batch"])
     trainer.create_optimizer()
+    trainer.current_gradient_accumulation_steps = len(micro)  # set by Trainer's training loop
     n_items = int(inputs["completion_mask"].sum())
 
-    def part():
-        loss = sum(float(trainer.training_step(trainer.model, m, n_items)) for m in micro)
+    def part():  # what Trainer.training_step does per micro-batch, without its _prepare_inputs (generation)
+        loss = 0.0
+        for m in micro:
+            step_loss = trainer.compute_loss(trainer.model, m, num_items_in_batch=n_items)
+            trainer.accelerator.backward(step_loss)
+            loss += float(step_loss)
         trainer.optimizer.step()
         trainer.optimizer.zero_grad()
         return {"loss": loss}
@@ -318,7 +323,8 @@ def report(results: list[dict[str, Any]], settings: dict[str, Any]):
 
     gpu = settings["gpu"]
     vocabs, lengths = settings["vocabs"], settings["lengths"]
-    unit = "peak allocated / reserved GiB" if gpu else "peak RSS − weights, MiB"
+    unit = ("peak allocated / reserved GiB" if gpu else
+            "peak RSS − weights, MiB (+ above the resident set before the part: its own allocations)")
     table = Table(title=f"Peak memory ({unit}): batch {settings['batch']}, micro-batch {settings['micro_batch']}, "
                         f"{settings['shape']} shape, {settings['dtype']}, {settings['device']}; each cell its own process")
     table.add_column("part")
@@ -340,7 +346,7 @@ def report(results: list[dict[str, Any]], settings: dict[str, Any]):
                     elif gpu:
                         row.append(f"{r['peak_allocated_gib']:.2f} / {r['peak_reserved_gib']:.2f}")
                     else:
-                        row.append(f"{r['peak_minus_weights_mib']:,.0f}")
+                        row.append(f"{r['peak_minus_weights_mib']:,.0f} (+{r['peak_rss_mib'] - r['rss_before_mib']:,.0f})")
             table.add_row(part, fw, *row)
     out: list[Any] = [table]
     lo, hi = min(vocabs), max(vocabs)
@@ -358,6 +364,45 @@ def report(results: list[dict[str, Any]], settings: dict[str, Any]):
     return out
 
 
+def run_table(vocabs: list[int], lengths: list[int], *, batch: int = 8, micro_batch: int = 4,
+              parts=PARTS, frameworks=FRAMEWORKS, shape: str = "small", dtype: str | None = None, fast: str = "auto",
+              work: Path | None = None, timeout: float | None = None, budget: float | None = None, parallel: int = 1,
+              console=None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every cell, each in its own process, `parallel` at a time (peaks are per process); a cell not
+    started within `budget` seconds is recorded as skipped. Returns (settings, cells)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+    from rich.progress import Progress
+
+    gpu = torch.cuda.is_available()
+    dtype = dtype or ("bfloat16" if gpu else "float32")
+    device = torch.cuda.get_device_name(0) if gpu else f"CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})"
+    settings = {"vocabs": vocabs, "lengths": lengths, "batch": batch, "micro_batch": micro_batch, "parts": list(parts),
+                "frameworks": list(frameworks), "shape": shape, "dtype": dtype, "gpu": gpu, "device": device, "fast": fast}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dynalize-memory-") as tmp:
+        work = work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        models = {v: build_models(work, v, shape, dtype) for v in vocabs}
+        specs = [{"framework": fw, "part": part, "vocab": v, "new_tokens": t, "batch": batch,
+                  "micro_batch": micro_batch, "dtype": dtype, "fast": fast, **models[v]}
+                 for part in parts for fw in frameworks for t in lengths for v in vocabs]
+
+        def one(spec):
+            if budget is not None and time.perf_counter() - start > budget:
+                return {**spec, "error": "skipped: out of time"}
+            return run_cell(spec, timeout)
+
+        with Progress(console=console, transient=True) as progress, ThreadPoolExecutor(max(1, parallel)) as pool:
+            task = progress.add_task("memory cells", total=len(specs))
+            cells = []
+            for r in pool.map(one, specs):
+                cells.append(r)
+                progress.advance(task)
+    return settings, cells
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cell", help="JSON spec: measure one cell in this process and print it as JSON")
@@ -372,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, help="default float32 on a CPU, bfloat16 on a GPU")
     ap.add_argument("--fast", default="auto", choices=("auto", "on", "off"), help="dynalize generator.hf_fast")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per cell")
+    ap.add_argument("--parallel", type=int, default=1, help="cells at a time (each its own process)")
     ap.add_argument("--work", type=Path, help="where the models are built (default: a temporary folder)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
@@ -379,37 +425,23 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cell(json.loads(args.cell))))
         return 0
     if args.quick:
-        args.vocabs, args.lengths, args.batch = "8192,151936", "128", 4
-    vocabs = [int(v) for v in args.vocabs.split(",")]
-    lengths = [int(t) for t in args.lengths.split(",")]
+        args.vocabs, args.lengths, args.batch, args.micro_batch = "8192,151936", "128", 4, 2
     parts, frameworks = args.parts.split(","), args.frameworks.split(",")
     if set(parts) - set(PARTS) or set(frameworks) - set(FRAMEWORKS) or args.batch % args.micro_batch:
         ap.error(f"parts from {PARTS}, frameworks from {FRAMEWORKS}, batch a multiple of micro-batch")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
     from rich.console import Console
-    from rich.progress import track
 
-    gpu = torch.cuda.is_available()
-    dtype = args.dtype or ("bfloat16" if gpu else "float32")
-    device = torch.cuda.get_device_name(0) if gpu else f"CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})"
-    settings = {"vocabs": vocabs, "lengths": lengths, "batch": args.batch, "micro_batch": args.micro_batch,
-                "parts": parts, "frameworks": frameworks, "shape": args.shape, "dtype": dtype, "gpu": gpu,
-                "device": device, "fast": args.fast}
     console = Console(width=160)
-    with tempfile.TemporaryDirectory(prefix="dynalize-memory-") as tmp:
-        work = args.work or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        models = {v: build_models(work, v, args.shape, dtype) for v in vocabs}
-        specs = [{"framework": fw, "part": part, "vocab": v, "new_tokens": t, "batch": args.batch,
-                  "micro_batch": args.micro_batch, "dtype": dtype, "fast": args.fast, **models[v]}
-                 for part in parts for fw in frameworks for v in vocabs for t in lengths]
-        results = [run_cell(s, args.timeout) for s in track(specs, description="cells", console=console)]
-    for item in report(results, settings):
+    settings, cells = run_table([int(v) for v in args.vocabs.split(",")], [int(t) for t in args.lengths.split(",")],
+                                batch=args.batch, micro_batch=args.micro_batch, parts=parts, frameworks=frameworks,
+                                shape=args.shape, dtype=args.dtype, fast=args.fast, work=args.work,
+                                timeout=args.timeout, parallel=args.parallel, console=console)
+    for item in report(cells, settings):
         console.print(item)
     if args.json:
-        args.json.write_text(json.dumps({"settings": settings, "cells": results}, indent=2), encoding="utf-8")
-    return 1 if any("error" in r for r in results) else 0
+        args.json.write_text(json.dumps({"settings": settings, "cells": cells}, indent=2), encoding="utf-8")
+    return 1 if any("error" in r for r in cells) else 0
 
 
 if __name__ == "__main__":
