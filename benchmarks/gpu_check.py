@@ -242,7 +242,7 @@ def memory_table(args, work: Path, out: Path, results: dict[str, Any], started: 
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # the cells are processes of their own: leave them the GPU
         budget = args.time_limit - (time.perf_counter() - started) - 30
-        common = dict(fast="off", work=work / "memory", timeout=max(budget, 60))
+        common = dict(fast="off", work=work / "memory", timeout=max(budget, 60), save=out / "memory.json")
         if args.dry_run:  # every part's code, and generation at two vocabularies: 8 cells
             kw = dict(lengths=[16], batch=2, micro_batch=1, parallel=1)
             settings, cells = memory.run_table([8192, 16384], parts=["generation"], budget=budget, **kw, **common)

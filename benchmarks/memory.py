@@ -325,8 +325,9 @@ def report(results: list[dict[str, Any]], settings: dict[str, Any]):
     vocabs, lengths = settings["vocabs"], settings["lengths"]
     unit = ("peak allocated / reserved GiB" if gpu else
             "peak RSS − weights, MiB (+ above the resident set before the part: its own allocations)")
-    table = Table(title=f"Peak memory ({unit}): batch {settings['batch']}, micro-batch {settings['micro_batch']}, "
-                        f"{settings['shape']} shape, {settings['dtype']}, {settings['device']}; each cell its own process")
+    table = Table(title=f"Peak memory, {'GPU' if gpu else 'CPU'}", caption=(
+        f"{unit}; batch {settings['batch']}, micro-batch {settings['micro_batch']}, {settings['shape']} shape, "
+        f"{settings['dtype']}, {settings['device']}; each cell its own process"))
     table.add_column("part")
     table.add_column("framework")
     for v in vocabs:
@@ -367,9 +368,10 @@ def report(results: list[dict[str, Any]], settings: dict[str, Any]):
 def run_table(vocabs: list[int], lengths: list[int], *, batch: int = 8, micro_batch: int = 4,
               parts=PARTS, frameworks=FRAMEWORKS, shape: str = "small", dtype: str | None = None, fast: str = "auto",
               work: Path | None = None, timeout: float | None = None, budget: float | None = None, parallel: int = 1,
-              console=None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+              console=None, save: Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every cell, each in its own process, `parallel` at a time (peaks are per process); a cell not
-    started within `budget` seconds is recorded as skipped. Returns (settings, cells)."""
+    started within `budget` seconds is recorded as skipped; `save` is rewritten after each cell.
+    Returns (settings, cells)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -400,6 +402,8 @@ def run_table(vocabs: list[int], lengths: list[int], *, batch: int = 8, micro_ba
             for r in pool.map(one, specs):
                 cells.append(r)
                 progress.advance(task)
+                if save:
+                    save.write_text(json.dumps({"settings": settings, "cells": cells}, indent=2), encoding="utf-8")
     return settings, cells
 
 
@@ -419,10 +423,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=None, help="seconds per cell")
     ap.add_argument("--parallel", type=int, default=1, help="cells at a time (each its own process)")
     ap.add_argument("--work", type=Path, help="where the models are built (default: a temporary folder)")
-    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--json", type=Path, help="also write the results here (after each cell)")
+    ap.add_argument("--from-json", type=Path, help="print the table of a --json file, measuring nothing")
     args = ap.parse_args(argv)
     if args.cell:
         print(json.dumps(cell(json.loads(args.cell))))
+        return 0
+    if args.from_json:
+        from rich.console import Console
+
+        saved = json.loads(args.from_json.read_text(encoding="utf-8"))
+        for item in report(saved["cells"], saved["settings"]):
+            Console(width=160).print(item)
         return 0
     if args.quick:
         args.vocabs, args.lengths, args.batch, args.micro_batch = "8192,151936", "128", 4, 2
@@ -436,11 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     settings, cells = run_table([int(v) for v in args.vocabs.split(",")], [int(t) for t in args.lengths.split(",")],
                                 batch=args.batch, micro_batch=args.micro_batch, parts=parts, frameworks=frameworks,
                                 shape=args.shape, dtype=args.dtype, fast=args.fast, work=args.work,
-                                timeout=args.timeout, parallel=args.parallel, console=console)
+                                timeout=args.timeout, parallel=args.parallel, console=console, save=args.json)
     for item in report(cells, settings):
         console.print(item)
-    if args.json:
-        args.json.write_text(json.dumps({"settings": settings, "cells": cells}, indent=2), encoding="utf-8")
     return 1 if any("error" in r for r in cells) else 0
 
 

@@ -83,6 +83,7 @@ def test_machine_closure_keeps_out_what_the_machine_is_known_to_lack():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1700)
 def test_gpu_check_dry_run_measures_both_frameworks_penalties_and_memory(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_CHECK_SITE": str(tmp_path / "site"),

@@ -107,3 +107,11 @@ def test_generation_memory_does_not_grow_with_the_vocabulary(two_vocabularies):
         assert r["mean_len"] > 100  # the batch ran (almost) to the cap
         peaks[vocab] = r["peak_minus_weights_mib"]
     assert peaks[151936] <= memory.BOUND * peaks[8192], peaks
+
+
+def test_evaluation_generates_with_the_same_generator_and_its_options(policy):
+    from dynalize.eval.policy import load_policy
+
+    sampler = load_policy(policy, "hf", fast="on")
+    assert isinstance(sampler.generator, HFGenerator) and sampler.generator.fast
+    anyio.run(sampler.close)
