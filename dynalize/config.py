@@ -51,7 +51,7 @@ class GeneratorConfig(Section):
     hf_fast: Literal["auto", "on", "off"] = "auto"
     """hf: the fast path, a static KV cache with a compiled decoding step (torch.compile in CUDA-graph
     mode) on a GPU. `auto` = on with CUDA, off on a CPU; `on` on a CPU uses the static cache without
-    compiling. Sampling and logprobs are those of the plain path (docs/vllm.md, "Without vLLM")."""
+    compiling. Sampling and logprobs are those of the plain path (docs/vllm.md, "The HF generator on a GPU")."""
 
     @field_validator("hf_fast", mode="before")
     @classmethod
