@@ -1,32 +1,43 @@
-"""GPU check (issue 20): dynalize vs TRL's GRPOTrainer on one GPU, and Dynalize's penalties there.
+"""GPU check (issues 20, 26, 32): dynalize vs TRL's GRPOTrainer on one GPU, peak memory, Dynalize's penalties.
 
     bash benchmarks/gpu_check.sh [--dry-run] [options]   # installs the carried wheels, then runs this
-    python benchmarks/gpu_check.py --out DIR [--dry-run] [--steps N] [--warmup N] [--async-levels 1,0]
+    python benchmarks/gpu_check.py --out DIR [--dry-run] [--steps N] [--warmup N] [--async-levels 1]
+                                   [--hf-paths fast,plain] [--trl-settings default,continuous batching]
 
 1. Builds a random-init policy of Qwen3-0.6B's shape (28 layers, hidden 1024, 16 query / 8 KV heads
    of 128, MLP 3072, vocabulary 151936, tied embeddings) in bf16. Nothing is downloaded: the
    tokenizer is dynalize.tiny's, trained here, its vocabulary padded to the model's with decodable
    tokens (`Ġ<12345>`) that no merge produces.
 2. Trains it with RM-only GRPO for `--warmup` + `--steps` steps with dynalize (HF generator and
-   Accelerate learner, once per `--async-levels` entry) and with TRL's GRPOTrainer (transformers
-   generate, no vLLM), in this one process, on the same prompts and settings
-   (benchmarks/throughput.py's: 8 prompts × 8 samples, temperature 1, the vowel-share reward, AdamW
-   lr 1e-6, micro-batch 16; here up to 128 new tokens). Prints per framework the step time,
-   completion tokens/s, the generate / train split and the peak GPU memory (warm-up steps discarded).
+   Accelerate learner; per `--async-levels` entry, once per HF generation path: `fast` =
+   generator.hf_fast=on, a static KV cache and a compiled decoding step, `plain` = off) and with
+   TRL's GRPOTrainer without vLLM (per `--trl-settings` entry: `default`, and `continuous batching`,
+   its fastest non-vLLM setting, GRPOConfig.use_transformers_continuous_batching), in this one
+   process, on the same prompts and settings (benchmarks/throughput.py's: 8 prompts × 8 samples,
+   temperature 1, the vowel-share reward, AdamW lr 1e-6, micro-batch 16; here up to 128 new
+   tokens). Prints per run the step time, completion tokens/s, the generate / train split, the
+   first (warm-up) step's generation time (the compile's cost), the peak GPU memory (warm-up steps
+   discarded), each dynalize run's ratios to TRL's default, and the targets (dynalize fast ≥ 3×
+   TRL default tokens/s, ≥ TRL's fastest measured) as met or not from those numbers.
 3. Runs Dynalize for `--penalty-steps` steps (lexical proposer, regex judge) on a task whose
    reward model pays for the word most common in the first batch it scores: a planted hack that the
    proposer should find at step 0 and the judge apply from step 1 on. It runs on `tiny:policy`:
    a random-init model of Qwen3-0.6B's size writes no recurring words to find.
+4. benchmarks/memory.py's table (generation, learner step, RM scoring; dynalize and TRL;
+   vocabularies 8192 and 151936; 128 and 1024 new tokens; batch 8; 4 cells at a time, each its own
+   process; dynalize's plain HF path, so that no cell pays a compile) in the time left of
+   `--time-limit`; cells it cannot start in time are recorded as skipped.
 
-`--dry-run` runs the same code on a tiny Qwen3 (float32, 16 new tokens, 1 + 2 steps) on whatever
-device there is: the test suite's check that this script still works while no GPU is lent.
+`--dry-run` runs the same code on a tiny Qwen3 (float32, 16 new tokens, 1 + 2 steps; memory cells
+of 16 new tokens: generation at vocabularies 8192 and 16384, learner and RM at 8192) on whatever device there is: the test suite's check
+that this script still works while no GPU is lent.
 
 Everything printed also goes to files in `--out`, flat, at most 8 (gpu_check.sh adds the log):
 results.json (written after each part, so a run cut short keeps what it measured; the penalty
 run's buffer events too), summary.txt (the tables), dynalize_metrics.jsonl (the first dynalize
-run's), trl_steps.jsonl, penalty_metrics.jsonl and penalty_rollouts.jsonl (its last step, with the
-judge's verdicts). A part that fails is printed and recorded, the next one still runs, and the
-exit code is 1.
+run's), trl_steps.jsonl (the first TRL run's), penalty_metrics.jsonl and penalty_rollouts.jsonl
+(its last step, with the judge's verdicts), memory.json (the memory cells). A part that fails is
+printed and recorded, the next one still runs, and the exit code is 1.
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (and through it tests/toytask.py)
+from gpu_report import PENALTY_METRICS, report  # noqa: E402
 
 from dynalize.backends.base import RewardModel  # noqa: E402
 from dynalize.penalties.surface import STOP_WORDS, WORD  # noqa: E402
@@ -63,8 +75,6 @@ SHAPES = {
 VERSIONS = ["torch", "transformers", "accelerate", "trl", "datasets", "pyarrow", "pandas", "huggingface-hub",
             "numpy", "pydantic", "structlog", "tenacity", "json-repair", "regex"]
 PENALTY_LAM = 0.5
-PENALTY_METRICS = ("step", "rm/mean", "penalties/mean_violations", "reward/mean", "penalties/active", "penalties/adds",
-                   "judge/verdicts", "time/score", "time/step")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,23 +186,77 @@ def measured(fn, *args, **kwargs) -> tuple[Any, dict[str, float | None]]:
     return result, stats
 
 
+HF_PATHS = {"fast": "on", "plain": "off"}
+"""dynalize's HF generation paths (generator.hf_fast): the static cache with a compiled decoding step, and without."""
+TRL_SETTINGS = {"default": {}, "continuous batching": {"use_transformers_continuous_batching": True}}
+"""TRL's generation settings without vLLM: its default (transformers `generate`, dynamic cache, compile
+disabled) and its fastest, transformers' continuous batching (paged attention; GRPOConfig
+`use_transformers_continuous_batching`)."""
+CPU_CONTINUOUS_BATCHING = {"num_blocks": 32, "max_batch_tokens": 512}
+"""The dry run's paged cache: sized from free memory by default, which on a CPU is the machine's RAM."""
+
+
 def compare(model: str, args, work: Path, out: Path, results: dict[str, Any]) -> None:
-    """dynalize (per async level) and TRL, on the same model and settings: `results['frameworks']`."""
+    """dynalize (per async level and HF path) and TRL (per generation setting), on the same model and
+    settings: `results['frameworks']`."""
     total = args.warmup + args.steps
     frameworks = results.setdefault("frameworks", {})
+    first = True
     for level in args.async_levels:
-        name = f"dynalize (async_level {level})"
+        for path in args.hf_paths:
+            name = f"dynalize {path} (async_level {level})"
+            run = work / f"dynalize-{path}-{level}"
+            with Part(results, name):
+                history, mem = measured(throughput.run_dynalize, total, str(run), level, args.threads, policy=model,
+                                        dtype=args.dtype, max_new_tokens=args.max_new_tokens,
+                                        extra=[f"generator.hf_fast={HF_PATHS[path]}"])
+                frameworks[name] = {**throughput.summarize(throughput.dynalize_steps(history, args.warmup)), **mem,
+                                    "first_generate_s": history[0]["time/generate"]}
+                if first:
+                    shutil.copy(run / "dynalize" / "metrics.jsonl", out / "dynalize_metrics.jsonl")
+                    first = False
+    for label in args.trl_settings:
+        name = f"TRL GRPOTrainer ({label})"
         with Part(results, name):
-            history, mem = measured(throughput.run_dynalize, total, str(work / f"dynalize-{level}"), level,
-                                    args.threads, policy=model, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
-            frameworks[name] = {**throughput.summarize(throughput.dynalize_steps(history, args.warmup)), **mem}
-            if level == args.async_levels[0]:
-                shutil.copy(work / f"dynalize-{level}" / "dynalize" / "metrics.jsonl", out / "dynalize_metrics.jsonl")
-    with Part(results, "TRL GRPOTrainer"):
-        (steps, effective), mem = measured(throughput.run_trl, total, args.warmup, str(work / "trl"), policy=model,
-                                           dtype=args.dtype, max_new_tokens=args.max_new_tokens)
-        frameworks["TRL GRPOTrainer"] = {**throughput.summarize(steps), **mem, "trl_effective": effective}
-        (out / "trl_steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps), encoding="utf-8")
+            config = dict(TRL_SETTINGS[label])
+            if args.dry_run and config.get("use_transformers_continuous_batching"):
+                config["transformers_continuous_batching_config"] = CPU_CONTINUOUS_BATCHING
+            (steps, effective), mem = measured(throughput.run_trl, total, args.warmup, str(work / f"trl-{label}"),
+                                               policy=model, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
+                                               config=config)
+            frameworks[name] = {**throughput.summarize(steps), **mem, "trl_effective": effective,
+                                "first_generate_s": effective["first_generate_s"]}
+            if label == args.trl_settings[0]:
+                (out / "trl_steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps), encoding="utf-8")
+
+
+def memory_table(args, work: Path, out: Path, results: dict[str, Any], started: float) -> None:
+    """benchmarks/memory.py's cells, in the time that is left (`--time-limit`)."""
+    import memory
+    import torch
+
+    with Part(results, "memory"):
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the cells are processes of their own: leave them the GPU
+        budget = args.time_limit - (time.perf_counter() - started) - 30
+        common = dict(fast="off", work=work / "memory", timeout=max(budget, 60), save=out / "memory.json")
+        if args.dry_run:  # every part's code, and generation at two vocabularies: 8 cells
+            kw = dict(lengths=[16], batch=2, micro_batch=1, parallel=1)
+            t0 = time.perf_counter()
+            settings, cells = memory.run_table([8192, 16384], parts=["generation"], budget=budget, **kw, **common)
+            more = memory.run_table([8192], parts=["learner", "rm"], budget=budget - (time.perf_counter() - t0),
+                                    **kw, **common)[1]
+            settings.update(parts=list(memory.PARTS))
+            cells += more
+        else:
+            settings, cells = memory.run_table([8192, 151936], lengths=[128, 1024], batch=8, micro_batch=4, parallel=4,
+                                               budget=budget, **common)
+        results["memory"] = {"settings": settings, "cells": cells}
+        (out / "memory.json").write_text(json.dumps(results["memory"], indent=2), encoding="utf-8")
+        failed = [c for c in cells if "error" in c]
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(cells)} memory cells failed or were skipped: {failed[0]['error']}")
 
 
 def penalty_run(args, work: Path, out: Path, results: dict[str, Any]) -> None:
@@ -249,55 +313,6 @@ def save(results: dict[str, Any]) -> None:
     path.write_text(json.dumps(results, indent=2, default=str), encoding="utf-8")
 
 
-# ---------------------------------------------------------------------------------------------
-# report
-
-
-def report(results: dict[str, Any]):
-    """The tables, as rich renderables."""
-    from rich.table import Table
-
-    env, model, s = results.get("environment", {}), results.get("model", {}), results["settings"]
-    head = (f"{env.get('device')} · torch {env.get('torch')} · transformers {env.get('transformers')} · "
-            f"TRL {env.get('trl')} · {model.get('parameters_m')} M parameters in {s['dtype']}")
-    table = Table(title=f"RM-only GRPO: {s['shape']} random init, 8 prompts × 8 samples, ≤{s['max_new_tokens']} new "
-                        f"tokens, {s['steps']} measured steps after {s['warmup']} warm-up\n{head}")
-    for col in ("framework", "step s", "completion tokens/s", "generate s", "train s", "mean len",
-                "peak GPU GiB (alloc / reserved)"):
-        table.add_column(col, justify="left" if col == "framework" else "right")
-    for name, r in results.get("frameworks", {}).items():
-        phases = r["phases"]
-        train = phases.get("train", phases.get("rest"))
-        memory = ("n/a (CPU)" if r["peak_allocated_gib"] is None
-                  else f"{r['peak_allocated_gib']:.1f} / {r['peak_reserved_gib']:.1f}"
-                  + (f" ({r['allocated_before_gib']:.1f} before)" if r["allocated_before_gib"] > 0.05 else ""))
-        table.add_row(name, f"{r['step_mean']:.2f} ± {r['step_sd']:.2f}", f"{r['tokens_per_s']:.0f}",
-                      f"{phases['generate']:.2f}", f"{train:.2f}", f"{r['mean_len']:.1f}", memory)
-    out = [table]
-    frameworks = results.get("frameworks", {})
-    trl = frameworks.get("TRL GRPOTrainer")
-    for name, r in frameworks.items():
-        if trl and name != "TRL GRPOTrainer":
-            out.append(f"{name} / TRL: tokens/s {r['tokens_per_s'] / trl['tokens_per_s']:.2f}×, "
-                       f"step time {r['step_mean'] / trl['step_mean']:.2f}×")
-    out.append("train s: dynalize's learner step; TRL's rest of the step (reward, loss forward/backward, optimizer). "
-               "dynalize with async_level ≥ 1 generates batch k+1 while batch k trains.")
-    if pen := results.get("penalties"):
-        t = Table(title=f"Dynalize, lexical proposer + regex judge, tiny:policy on {env.get('device')}: "
-                        f"the RM pays for {pen['planted_word']!r}")
-        for col in ("step", "RM", "violations", "reward = RM − λ·violations", "active penalties", "added",
-                    "verdicts", "score s", "step s"):
-            t.add_column(col, justify="right")
-        for h in pen["steps"]:
-            t.add_row(*(("–" if h.get(k) is None else f"{h[k]:.3g}") for k in PENALTY_METRICS))
-        out.append(t)
-        out += [f"penalty {a['id']} added at step {a['step']} (proposed at {a['proposed_at']}): {a['title']!r}, "
-                f"regex {a['regex']!r}" for a in pen["added"]] or ["no penalty was added"]
-    failed = [f"{n}: {p['error']}" for n, p in results.get("parts", {}).items() if not p["ok"]]
-    out += [f"FAILED {f}" for f in failed]
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for the result files (at most 8, flat)")
@@ -305,15 +320,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, help="measured steps per framework (default 8; dry run 2)")
     ap.add_argument("--warmup", type=int, help="warm-up steps, discarded (default 2; dry run 1)")
     ap.add_argument("--max-new-tokens", type=int, help="default 128; dry run 16")
-    ap.add_argument("--async-levels", default="1,0", help="dynalize async_level per dynalize run (default 1,0; dry run 1)")
+    ap.add_argument("--async-levels", default="1", help="dynalize async_level per dynalize run (default 1)")
+    ap.add_argument("--hf-paths", default="fast,plain", help=f"dynalize generation paths, from {','.join(HF_PATHS)}")
+    ap.add_argument("--trl-settings", default="default,continuous batching",
+                    help=f"TRL generation settings, from {','.join(TRL_SETTINGS)}")
     ap.add_argument("--penalty-steps", type=int, default=3)
+    ap.add_argument("--no-memory", action="store_true", help="skip benchmarks/memory.py's table")
+    ap.add_argument("--time-limit", type=float, default=float(os.environ.get("GPU_CHECK_TIMEOUT", 540)),
+                    help="seconds for the whole check: the memory table gets what is left (default $GPU_CHECK_TIMEOUT or 540)")
     args = ap.parse_args(argv)
     dry = args.dry_run
     args.shape, args.dtype = ("tiny", "float32") if dry else ("qwen3-0.6b", "bfloat16")
     args.steps = args.steps or (2 if dry else 8)
     args.warmup = args.warmup if args.warmup is not None else (1 if dry else 2)
     args.max_new_tokens = args.max_new_tokens or (16 if dry else 128)
-    args.async_levels = [int(x) for x in ("1" if dry and args.async_levels == "1,0" else args.async_levels).split(",")]
+    args.async_levels = [int(x) for x in args.async_levels.split(",")]
+    args.hf_paths, args.trl_settings = args.hf_paths.split(","), args.trl_settings.split(",")
+    if set(args.hf_paths) - set(HF_PATHS) or set(args.trl_settings) - set(TRL_SETTINGS):
+        ap.error(f"--hf-paths from {', '.join(HF_PATHS)}; --trl-settings from {', '.join(TRL_SETTINGS)}")
     args.threads = 1 if dry else None  # on a CPU: one torch thread per compute thread (see throughput.py)
     if args.steps < 2 or args.warmup < 0 or args.penalty_steps < 2:
         ap.error("need --steps >= 2, --warmup >= 0, --penalty-steps >= 2")
@@ -335,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"out": str(args.out), "settings": {
         k: getattr(args, k) for k in ("dry_run", "shape", "dtype", "steps", "warmup", "max_new_tokens",
-                                      "async_levels", "penalty_steps")}}
+                                      "async_levels", "hf_paths", "trl_settings", "penalty_steps")}}
+    started = time.perf_counter()
     with Part(results, "environment"):
         results["environment"] = environment()
         print(json.dumps(results["environment"]), flush=True)
@@ -347,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         if "model" in results:
             compare(str(work / "model"), args, work, args.out, results)
         penalty_run(args, work, args.out, results)
+        if not args.no_memory:
+            memory_table(args, work, args.out, results, started)
     console = Console(record=True, width=150)
     for item in report(results):
         console.print(item)

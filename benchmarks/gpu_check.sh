@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# GPU check (issue 20), one command for the lent GPU machine (no network; see docs/vllm.md, "GPU"):
+# GPU check (issues 20, 26, 32), one command for the lent GPU machine (no network; see docs/vllm.md, "GPU"):
 #
 #   python scripts/gpu_wheels.py             # here, beforehand: the wheels it lacks, into .whl/
-#   bash benchmarks/gpu_check.sh             # there (carry .whl): estimated 3-5 min on one H200, 9 at most
+#   bash benchmarks/gpu_check.sh             # there (carry .whl): estimated 6-8 min on one H200, 9 at most
 #   bash benchmarks/gpu_check.sh --dry-run   # anywhere: the same on a tiny model, seconds (tests/test_gpu_check.py)
 #
 # Installs the carried wheels the machine lacks into $GPU_CHECK_SITE (default /tmp/dynalize-site),

@@ -113,9 +113,11 @@ def dynalize_steps(history: list[dict[str, Any]], warmup: int) -> list[dict[str,
 
 
 def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0, policy: str = "tiny:policy",
-            dtype: str = "float32", max_new_tokens: int = MAX_NEW_TOKENS) -> tuple[list[dict[str, float]], dict]:
+            dtype: str = "float32", max_new_tokens: int = MAX_NEW_TOKENS,
+            config: dict[str, Any] | None = None) -> tuple[list[dict[str, float]], dict]:
     """TRL's GRPOTrainer with dynalize's settings, on the GPU when there is one (parameters in `dtype`,
-    no autocast, as dynalize's learner trains them)."""
+    no autocast, as dynalize's learner trains them); `config`: further GRPOConfig fields (gpu_check.py's
+    generation settings)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -155,7 +157,7 @@ def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0, policy: 
         optim="adamw_torch", weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, max_grad_norm=1.0,
         max_steps=total_steps, logging_steps=1, report_to=[], save_strategy="no",
         bf16=False, fp16=False, use_cpu=not torch.cuda.is_available(), gradient_checkpointing=False,
-        disable_tqdm=True, dataloader_num_workers=0, seed=seed,
+        disable_tqdm=True, dataloader_num_workers=0, seed=seed, **(config or {}),
     )
 
     class StepTimer(TrainerCallback):
@@ -197,7 +199,8 @@ def run_trl(total_steps: int, warmup: int, workdir: str, seed: int = 0, policy: 
                       "generate": gen_times[i], "rest": timer.step_times[i] - gen_times[i],
                       "step_to_step": timer.ends[i] - timer.ends[i - 1] if i > 0 else float("nan")})
     effective = {"generation_batch_size": args.generation_batch_size,
-                 "steps_per_generation": args.steps_per_generation, "loss_type": args.loss_type}
+                 "steps_per_generation": args.steps_per_generation, "loss_type": args.loss_type,
+                 "first_generate_s": gen_times[0] if gen_times else float("nan")}
     return steps, effective
 
 

@@ -111,7 +111,7 @@ def build_generator(cfg: RunConfig, policy_dir: str) -> Generator:
     if g.engine == "hf":
         from .backends.hf import HFGenerator
 
-        return HFGenerator(policy_dir, dtype=cfg.policy.dtype, batch_size=g.batch_size)
+        return HFGenerator(policy_dir, dtype=cfg.policy.dtype, batch_size=g.batch_size, fast=g.hf_fast)
     if g.engine == "vllm":
         from .backends.vllm import build_vllm_generator
 

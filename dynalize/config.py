@@ -67,6 +67,15 @@ class GeneratorConfig(Section):
     """Min-p sampling threshold (0 = off)."""
     batch_size: int = Field(64, gt=0)
     """hf: sequences generated in one forward batch."""
+    hf_fast: Literal["auto", "on", "off"] = "auto"
+    """hf: the fast path, a static KV cache with a compiled decoding step (torch.compile in CUDA-graph
+    mode) on a GPU. `auto` = on with CUDA, off on a CPU; `on` on a CPU uses the static cache without
+    compiling. Sampling and logprobs are those of the plain path (docs/vllm.md, "The HF generator on a GPU")."""
+
+    @field_validator("hf_fast", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v: Any) -> Any:
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v  # YAML reads on/off as booleans
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     """vllm: share of GPU memory the engine may take."""
     max_model_len: int = Field(2048, gt=0)

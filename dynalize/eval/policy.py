@@ -1,7 +1,8 @@
 """The policy under evaluation: a saved checkpoint that answers whole batches of conversations.
 
 `load_policy(path, engine)` is the one place that picks a generation engine for evaluation:
-`hf` (transformers, CPU or one GPU) or `vllm` (in-process engine). Adding an engine is one
+`hf` (transformers, CPU or one GPU; its options, e.g. `fast`, as keywords: see HFGenerator) or
+`vllm` (in-process engine). Adding an engine is one
 branch here. Conversations go through the checkpoint's own chat template
 (`dynalize.rollouts.prompt_token_ids`) and come back as raw text, reasoning included: each
 protocol strips reasoning its own way.
@@ -46,7 +47,7 @@ def load_policy(path: str, engine: str = "hf", *, dtype: str = "float32", batch_
     if engine == "hf":
         from ..backends.hf import HFGenerator
 
-        gen = HFGenerator(path, dtype=dtype, batch_size=batch_size)
+        gen = HFGenerator(path, dtype=dtype, batch_size=batch_size, **engine_args)
         return PolicySampler(gen, gen.tokenizer)
     if engine == "vllm":
         from ..backends.vllm import build_vllm_generator
