@@ -77,6 +77,7 @@ def main(out: Path, fp16_overflow: bool, save: str | None, resume: str | None) -
     local, total = local_parameter_share(learner.model)
     report = {"distributed_type": str(learner.accelerator.distributed_type), "local_params": local,
               "total_params": total}
+    close_group, learner._close_group = learner._close_group, lambda: None  # the gathering below is a collective
     if rank == 0:
         if resume:
             learner.load(resume)
@@ -98,7 +99,7 @@ def main(out: Path, fp16_overflow: bool, save: str | None, resume: str | None) -
     if rank == 0:
         save_file(full(gathered), str(out / "gathered.safetensors"))
     (out / f"rank{rank}.json").write_text(json.dumps(report))
-    learner.accelerator.wait_for_everyone()
+    close_group()  # what stop_followers / serve do at a run's end (a barrier, then the group closed)
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ def test_fsdp2_run_orchestrates_on_rank_0_checkpoints_shards_resumes_exactly_and
     launch("-m", "dynalize.run", *overrides(tmp_path, "fsdp", record))
     run_dir = tmp_path / "fsdp"
     straight = read_jsonl(run_dir / "metrics.jsonl")
-    assert [m["step"] for m in straight] == [0, 1, 2]  # one orchestrator: each step logged once
+    assert [m["step"] for m in straight] == [1, 2, 3]  # one orchestrator: each step logged once
     assert {m["processes"] for m in straight} == {2.0}
     calls = record.read_text().split("\n")[:-1]
     assert any(c.startswith("score ") for c in calls) and {c.split()[1] for c in calls} == {"0"}  # rank 0 only
@@ -164,7 +164,7 @@ def test_fsdp2_run_orchestrates_on_rank_0_checkpoints_shards_resumes_exactly_and
     shutil.rmtree(resumed_dir / "final")
     launch("-m", "dynalize.run", "--resume", str(resumed_dir))
     resumed = read_jsonl(resumed_dir / "metrics.jsonl")
-    assert [m["step"] for m in resumed] == [0, 1, 2]
+    assert [m["step"] for m in resumed] == [1, 2, 3]
     for a, b in zip(straight, resumed):
         for key in EXACT:
             assert a[key] == b[key], (a["step"], key, a[key], b[key])

@@ -147,7 +147,7 @@ def test_a_rubric_run_reports_its_gold_judges_tokens_per_step_in_the_summary_and
         path = tmp_path / "cost.yaml"
         path.write_text(yaml.safe_dump(data))
         assert main(["--config", str(path)]) == 0
-        calls = server.requests
+        calls = server.requests - 1  # the preflight's one request is made before the run's first step
     metrics = read_jsonl(tmp_path / "cost" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     per_step = [m["tokens/gold_judge/prompt"] for m in metrics]

@@ -23,7 +23,7 @@ def test_a_lora_packed_kl_run_resumes_exactly_and_exports_the_merged_model_and_a
     assert main(["--resume", str(tmp_path / "split"), "steps=4"]) == 0
     a = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
     b = read_jsonl(tmp_path / "split" / "metrics.jsonl")
-    assert [m["step"] for m in b] == [0, 1, 2, 3]
+    assert [m["step"] for m in b] == [1, 2, 3, 4]
     for x, y in zip(a, b):
         for key in ("loss", "reward/mean", "grad_norm", "kl/ref", "policy_version"):
             assert x[key] == y[key], (x["step"], key)

@@ -14,7 +14,7 @@ Formats (`--format`, detected when `auto`):
 - `verl`: verl with `trainer.rollout_data_dir=DIR` writes `DIR/<step>.jsonl` (input, output,
   score, step, and extra reward infos); a group is the rollouts of one `input`.
 - `openrlhf`: OpenRLHF logs one sample per step to W&B as the table `train/generated_samples`
-  (global_step, text, reward), saved under `wandb/run-*/files/media/table/train/`; each table
+  (global_step, text, reward), saved in the W&B run folder (`wandb/run-…`), under `media/table/train` of its `files`; each table
   file holds all earlier rows too, so the newest is read. `text` is prompt and reply decoded
   together. With one sample a step, the rows of a monitored step form one group: use
   `--merge-steps K` (K logged steps monitored as one) so that a group has replies to compare.
