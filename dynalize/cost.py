@@ -14,16 +14,12 @@ from typing import Any
 KINDS = ("prompt", "completion")
 
 
-def usage_of(chat: Any, depth: int = 4) -> dict[str, int] | None:
-    """The usage counters of a chat model or of the model a wrapper holds (`model`, `inner`: a
-    concurrency limit, the judge's request counter), however deep (None: it counts none)."""
-    usage = getattr(chat, "usage", None)
-    if isinstance(usage, dict):
-        return usage
-    if depth:
-        for inner in (getattr(chat, "model", None), getattr(chat, "inner", None)):
-            if inner is not None and (found := usage_of(inner, depth - 1)) is not None:
-                return found
+def usage_of(chat: Any) -> dict[str, int] | None:
+    """The usage counters of a chat model or of the model a wrapper holds (None: it counts none)."""
+    for m in (chat, getattr(chat, "model", None)):
+        usage = getattr(m, "usage", None)
+        if isinstance(usage, dict):
+            return usage
     return None
 
 

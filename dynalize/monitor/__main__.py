@@ -84,8 +84,7 @@ def penalties_config(args: argparse.Namespace) -> PenaltiesConfig:
             raise MonitorInputError(f"monitor: --config {args.config}: {str(e).splitlines()[0]}") from None
         if not isinstance(loaded, dict):
             raise MonitorInputError(f"monitor: --config {args.config}: expected a mapping")
-        section = loaded.get("penalties", loaded) if "penalties" in loaded else loaded
-        data.update({k: v for k, v in section.items()})
+        data.update(loaded.get("penalties", loaded))
         data["enabled"] = True
     if args.proposer not in (None, "lexical"):
         data["proposer"] = {**(data.get("proposer") or {}), "engine": "llm", "chat": _spec(args.proposer, "--proposer")}
