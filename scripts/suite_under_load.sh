@@ -9,7 +9,8 @@
 # (`python -m pytest -q`, plus any PYTEST ARGS, e.g. `-k faults` or a test file) N times (default
 # 5) in the clone, with the clone first on PYTHONPATH so its code is what runs, prints each run's
 # closing line and then "N passed runs, M failed runs". The busy loop is killed and the clone
-# removed on exit, whatever happened (a failed run's output is kept, its path printed). Exit
+# removed on exit, whatever happened (a failed run's output is kept, its path printed, and so is the
+# whole output of any multi-process launch that failed, in launch_logs/: tests/launchlog.py). Exit
 # status: 0 when every run passed, 1 otherwise, 2 for bad arguments. PYTHON picks the interpreter
 # (default: python).
 set -uo pipefail
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --runs) [ $# -ge 2 ] || { echo "error: --runs needs a number" >&2; exit 2; }; runs="$2"; shift 2 ;;
         --runs=*) runs="${1#--runs=}"; shift ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) pytest_args+=("$1"); shift ;;
     esac
 done
@@ -66,7 +67,7 @@ failed=0
 for i in $(seq 1 "$runs"); do
     log="$work/run_$i.log"
     start=$(date +%s)
-    (cd "$work/clone" && PYTHONPATH="$work/clone${PYTHONPATH:+:$PYTHONPATH}" \
+    (cd "$work/clone" && DYNALIZE_LAUNCH_LOGS="$work/launch_logs" PYTHONPATH="$work/clone${PYTHONPATH:+:$PYTHONPATH}" \
         "$python" -m pytest -q "${pytest_args[@]}") >"$log" 2>&1
     status=$?
     closing="$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)"

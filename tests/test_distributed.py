@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from dynalize import tiny
 from dynalize.runlog import read_jsonl
+from launchlog import failure_report, launch_env
 
 
 def _weights(run) -> dict[str, torch.Tensor]:
@@ -20,15 +21,16 @@ def _weights(run) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(toy_overrides, tmp_path):
     overrides = toy_overrides + ["steps=3", "trainer.micro_batch_size=4"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    env = launch_env({**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__),
+                                                                   os.environ.get("PYTHONPATH", "")])})
     single = subprocess.run([sys.executable, "-m", "dynalize.run", *overrides, "name=one"],
                             env=env, capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-2000:]
+    assert single.returncode == 0, failure_report(single, "one process")
     # torchrun starts two processes; only rank 0 runs the orchestrator, rank 1 trains its shard
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           "-m", "dynalize.run", *overrides, "name=two"], env=env, capture_output=True, text=True,
                          timeout=300)
-    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    assert ddp.returncode == 0, failure_report(ddp, "torchrun ddp")
     one = read_jsonl(tmp_path / "one" / "metrics.jsonl")
     two = read_jsonl(tmp_path / "two" / "metrics.jsonl")
     assert [m["step"] for m in two] == [1, 2, 3]  # one orchestrator: each step logged once

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from dynalize.runlog import read_jsonl
+from launchlog import failure_report, launch_env
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 def environment() -> dict[str, str]:
     path = os.pathsep.join(p for p in [str(TESTS), os.environ.get("PYTHONPATH", "")] if p)
-    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return launch_env({**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
 
 
 def free_port() -> int:
@@ -54,7 +55,7 @@ def launch(*args: str) -> subprocess.CompletedProcess:
                     "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()), *args])
         if done.returncode == 0 or not re.search(r"address already in use|EADDRINUSE", done.stdout + done.stderr, re.I):
             break
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
+    assert done.returncode == 0, failure_report(done, "accelerate launch")
     return done
 
 
