@@ -165,7 +165,11 @@ class TrainerConfig(Section):
     """The learner: optimizer, gradient clipping, micro-batching or packing, loss, reference KL (docs/learner.md)."""
 
     lr: float = Field(1e-6, gt=0)
-    """AdamW learning rate (constant)."""
+    """AdamW learning rate (constant after `warmup_steps`)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warmup: optimizer step k (counted from 1, over the whole run, a resume included)
+    uses `lr × min(1, k / warmup_steps)`. A count, not a share of `steps`, so extending a run
+    trains exactly as a run started with the larger `steps`. 0 (default): `lr` from the first step."""
     weight_decay: float = Field(0.01, ge=0)
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)

@@ -119,3 +119,16 @@ def test_the_learner_computes_the_ratio_with_dropout_off_by_default(policy_with_
 def test_disable_dropout_false_keeps_the_models_dropout(policy_with_dropout):
     a, b = twice(learner(TrainerConfig(disable_dropout=False), path=policy_with_dropout))
     assert (a - b).abs().max().item() > 1e-3
+
+
+def test_warmup_raises_the_lr_linearly_then_holds_it_and_a_resumed_learner_continues_the_schedule(tmp_path):
+    cfg = TrainerConfig(lr=1e-3, warmup_steps=4)
+    lrn = learner(cfg)
+    seen = [lrn.train_step(mixed_batch(seed=s))["lr"] for s in range(3)]
+    assert seen == pytest.approx([2.5e-4, 5e-4, 7.5e-4])
+    assert [g["lr"] for g in lrn.optimizer.param_groups] == pytest.approx([7.5e-4])  # what the optimizer stepped on
+    lrn.save(str(tmp_path / "ckpt"))
+    resumed = learner(cfg)
+    resumed.load(str(tmp_path / "ckpt"))
+    assert [resumed.train_step(mixed_batch(seed=s))["lr"] for s in (3, 4)] == pytest.approx([1e-3, 1e-3])
+    assert learner(TrainerConfig(lr=1e-3)).train_step(mixed_batch())["lr"] == 1e-3  # default: no warmup

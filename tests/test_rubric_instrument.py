@@ -56,6 +56,7 @@ def test_the_paced_world_changes_only_the_pace():
         d.pop("name")
     assert paced.pop("steps") > fast.pop("steps")
     assert paced["trainer"].pop("lr") < fast["trainer"].pop("lr")
+    assert paced["trainer"].pop("warmup_steps", 0) > fast["trainer"].pop("warmup_steps", 0)  # the lr's schedule
     assert paced == fast
 
 

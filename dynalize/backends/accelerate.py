@@ -262,6 +262,9 @@ class AccelerateLearner(Learner):
             self.scaler.unscale_(self.optimizer)
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         skipped = False
+        lr = warmup_lr(self.cfg.lr, self.cfg.warmup_steps, self.version + 1)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         if self.scaler:
             scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)  # skipped when a gradient is inf/NaN (on any rank)
@@ -283,6 +286,7 @@ class AccelerateLearner(Learner):
             "mismatch/abs_logprob_diff": diff / n,
             "loss_tokens": n,
             "processes": float(acc.num_processes),
+            "lr": lr,
         }
         if self.scaler:
             metrics.update({"skipped_step": float(skipped), "grad_scale": self.scaler.get_scale()})
@@ -359,3 +363,8 @@ def disable_dropout(model: torch.nn.Module) -> None:
 def first_policy_token(seqs: list[TrainSequence]) -> int:
     """The earliest position any sequence of the micro-batch trains on (≥ 1)."""
     return max(1, min((s.loss_mask.index(1) for s in seqs if 1 in s.loss_mask), default=1))
+
+
+def warmup_lr(lr: float, warmup_steps: int, step: int) -> float:
+    """The learning rate of optimizer step `step` (from 1) under linear warmup over `warmup_steps`."""
+    return lr if warmup_steps <= 0 else lr * min(1.0, step / warmup_steps)
