@@ -58,9 +58,12 @@ def batch_view(run_dir: Path, step: int) -> ProposerView | None:
     for g, members in sorted(groups.items()):
         scores = [r["scores"]["rm"] for r in members]
         for r, a in zip(members, advantages([scores])[0]):
+            own = r.get("rm_scores") or []
+            own = own if len(own) > 1 and len(own) == len(r["replies"]) \
+                and abs(sum(own) / len(own) - r["scores"]["rm"]) <= 1e-9 * max(1.0, abs(r["scores"]["rm"])) else []
             samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, "\n\n".join(r["replies"]), r["scores"]["rm"],
                                       advantage_sign(a), r["replies"] if len(r["replies"]) > 1 else [],
-                                      [transcript(c) for c, _ in row_exchanges(r)]))
+                                      [transcript(c) for c, _ in row_exchanges(r)], own))
     return ProposerView(step=step, samples=samples)
 
 

@@ -32,7 +32,7 @@ from .detectors import DETECTORS, Detector, detector
 from .evidence import Effect, fisher_p, length_onset
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
-from .views import ProposerView, ViewSample, per_reply, rollout_id
+from .views import ProposerView, ViewSample, per_reply, prompt_group, rollout_id
 
 Spans = dict[str, list[list[tuple[int, int]]]]
 """Where a penalty's regex matches each sample of a view: sample id -> for each of its replies
@@ -248,7 +248,7 @@ class LexicalProposer:
         `effect()` gives the pattern's standardised RM effect; it is computed last (it is the
         costliest test) and only when `min_effect` > 0.
         """
-        groups = len({s.group for s in samples})
+        groups = len({prompt_group(s) for s in samples})
         p, q = len(samples) / n_pos, n_neg_with / n_neg
         lr = math.log((len(samples) + 1) / (n_pos + 2)) - math.log((n_neg_with + 1) / (n_neg + 2))
         min_lr = self.length_log_ratio if kind == "length" else self.cfg.min_log_ratio
@@ -294,7 +294,7 @@ class LexicalProposer:
         samples = [s for s in pos if shows(s)]
         n_neg = sum(map(shows, neg))
         p, q = len(samples) / len(pos), n_neg / len(neg)
-        groups = len({s.group for s in samples})
+        groups = len({prompt_group(s) for s in samples})
         if (groups < self.cfg.min_groups or p <= q
                 or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.cfg.weak_p_value
                 or (self.cfg.min_effect > 0 and effect(shows, adjust=adjust) < self.cfg.min_effect)):

@@ -39,6 +39,14 @@ class ViewSample:
     """What each of `parts` answers: the conversation before it as the judge reads it
     (judge.prompting.transcript), for detectors that compare a reply with its prompt (off_topic).
     Empty when not known (views saved before detectors)."""
+    reply_scores: list[float] = field(default_factory=list)
+    """Each reply's own score before penalties, when the reward scores replies one by one (a
+    multi-turn rollout whose reward before penalties is the mean of its RM's per-reply scores);
+    empty otherwise. `per_reply` then compares each reply with the replies of its group at the same
+    turn by its own score, instead of lending it the rollout's."""
+    origin: int | None = None
+    """The group of the rollout a reply came from, when `per_reply` grouped replies more finely (by
+    turn); None: `group` is the rollout's group."""
 
     @property
     def parts(self) -> list[str]:
@@ -67,6 +75,11 @@ class ProposerView:
         return [s for s in self.samples if s.sign == "-"]
 
 
+def prompt_group(s: ViewSample) -> int:
+    """The prompt group `s` comes from (its rollout's group), however `per_reply` regrouped it."""
+    return s.group if s.origin is None else s.origin
+
+
 def advantage_sign(advantage: float, eps: float = 1e-9) -> str:
     """"+", "-" or "0" ("0" within `eps` of zero, e.g. a group whose scores are all equal)."""
     return "+" if advantage > eps else "-" if advantage < -eps else "0"
@@ -81,11 +94,12 @@ def view_rng(seed: int, step: int) -> random.Random:
 def build_view(batch: Batch, scores: list[list[float]], advantages: list[list[float]], *, seed: int = 0,
                step: int | None = None, groups: int = 16, per_group: int = 2,
                active: list[Penalty] | None = None, retired: list[Penalty] | None = None,
-               domain: str = "") -> ProposerView:
+               domain: str = "", reply_scores: list[list[list[float]]] | None = None) -> ProposerView:
     """Sample `per_group` rollouts from each of `groups` groups of `batch` (fewer if it is smaller).
 
     `scores[g][i]` and `advantages[g][i]` belong to rollout i of group g: the reward before
-    penalties and its group advantage. Samples are listed group by group, with ids `s01`, `s02`,
+    penalties and its group advantage; `reply_scores[g][i]`, if given, its replies' own scores
+    (ViewSample.reply_scores; [] where not known). Samples are listed group by group, with ids `s01`, `s02`,
     ... in that order. Texts are copied, so the view does not change when the batch does.
     """
     step = batch.step if step is None else step
@@ -99,9 +113,10 @@ def build_view(batch: Batch, scores: list[list[float]], advantages: list[list[fl
         for i in rng.sample(range(len(group)), min(per_group, len(group))):
             sid = f"s{len(samples) + 1:0{width}d}"
             replies = group[i].replies
+            own = list(reply_scores[gi][i]) if reply_scores is not None and len(replies) > 1 else []
             samples.append(ViewSample(sid, gi, group[i].text, float(scores[gi][i]),
                                       advantage_sign(advantages[gi][i]), list(replies) if len(replies) > 1 else [],
-                                      contexts_of(group[i])))
+                                      contexts_of(group[i]), [float(x) for x in own]))
     return ProposerView(step=step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain)
 
@@ -135,18 +150,36 @@ def pool_views(views: list[ProposerView], *, step: int | None = None, active: li
 
 
 def per_reply(view: ProposerView) -> ProposerView:
-    """`view` with each multi-turn sample split into one sample per reply (ids `<id>.<k>`, same
-    group, score and sign); its reference too. Single-reply samples stay as they are."""
+    """`view` with each multi-turn sample split into one sample per reply (ids `<id>.<k>`); its
+    reference too. Single-reply samples stay as they are.
+
+    A reply with its own score (`reply_scores`) is compared with the replies of its group at the
+    same turn: it takes its own score, the group (rollout group, turn) and the sign of its score
+    against that group's mean, since the RM paid it for itself. Without one, a reply takes its
+    rollout's group, score and sign."""
     def split(samples: list[ViewSample]) -> list[ViewSample]:
-        out = []
+        out: list[ViewSample] = []
+        turn_group: dict[tuple[int, int], int] = {}
+        top = max((s.group for s in samples), default=-1) + 1  # new groups are numbered after the old
         for s in samples:
             if not s.replies:
                 out.append(s)
                 continue
             ctxs = s.contexts if len(s.contexts) == len(s.replies) else [None] * len(s.replies)
-            out += [replace(s, id=f"{s.id}.{k + 1}", text=r, replies=[], contexts=[c] if c is not None else [])
-                    for k, (r, c) in enumerate(zip(s.replies, ctxs))]
-        return out
+            own = len(s.reply_scores) == len(s.replies)
+            for k, (r, c) in enumerate(zip(s.replies, ctxs)):
+                part = replace(s, id=f"{s.id}.{k + 1}", text=r, replies=[], contexts=[c] if c is not None else [],
+                               reply_scores=[])
+                if own:
+                    g = turn_group.setdefault((s.group, k), top + len(turn_group))
+                    part = replace(part, score=float(s.reply_scores[k]), group=g, origin=prompt_group(s))
+                out.append(part)
+        members: dict[int, list[float]] = {}
+        for s in out:
+            if s.origin is not None:
+                members.setdefault(s.group, []).append(s.score)
+        return [replace(s, sign=advantage_sign(s.score - sum(members[s.group]) / len(members[s.group])))
+                if s.origin is not None else s for s in out]
 
     return replace(view, samples=split(view.samples), reference=split(view.reference))
 

@@ -38,7 +38,7 @@ from ..penalties.config import PenaltiesConfig
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
 from ..penalties.views import ProposerView, ViewSample, build_view, pool_views
-from ..types import Batch
+from ..types import Batch, Rollout
 from .base import RewardTerm, TermScores
 
 log = structlog.get_logger("dynalize.rewards.penalties")
@@ -131,8 +131,9 @@ class PenaltyTerm(RewardTerm):
         """Keep this batch's view; every `every` steps (step % every == 0), start a proposal in the
         background on the views of the last `view_steps` batches."""
         before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
+        own = [[reply_scores(r, b) for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
         latest = build_view(batch, before, grpo.advantages(before), seed=self.seed, step=batch.step,
-                            groups=self.cfg.view_groups, per_group=self.cfg.view_per_group)
+                            groups=self.cfg.view_groups, per_group=self.cfg.view_per_group, reply_scores=own)
         if not self.reference:
             self.reference = latest.samples
         self.recent.append(latest)
@@ -299,3 +300,14 @@ def _view_state(v: ProposerView) -> dict[str, Any]:
 
 def _view_from_state(d: dict[str, Any]) -> ProposerView:
     return ProposerView(d["step"], [ViewSample(**s) for s in d["samples"]])
+
+
+def reply_scores(rollout: Rollout, before: float) -> list[float]:
+    """The replies' own scores before penalties: the RM's per-reply scores (`rm_scores`) when the
+    reward before penalties is their mean (the RM is the only other term); [] otherwise, where no
+    share of the reward can be put on one reply."""
+    own = rollout.info.get("rm_scores") or []
+    if len(own) < 2 or len(own) != len(rollout.replies):
+        return []
+    mean = sum(own) / len(own)
+    return [float(x) for x in own] if abs(mean - before) <= 1e-9 * max(1.0, abs(before)) else []
