@@ -38,8 +38,10 @@ class LexicalConfig(_Section):
     """Length limits are multiples of this many words."""
     unit: Literal["rollout", "reply"] = "rollout"
     """What the contrast counts in multi-turn rollouts: `rollout` (a rollout shows a pattern when
-    any of its replies does) or `reply` (each reply counts, with its rollout's advantage sign and
-    score): in 4-reply conversations nearly every rollout has some reply over L words, so presence
+    any of its replies does) or `reply` (each reply counts: by the RM's own score for it against
+    its group's replies at the same turn when the RM scored replies and is the whole reward before
+    penalties, else with its rollout's advantage sign and score): in 4-reply conversations nearly
+    every rollout has some reply over L words, so presence
     per rollout saturates for positives and negatives alike while the share of replies does not.
     Single-turn rollouts count the same either way."""
     length_threshold: Literal["largest", "onset"] = "largest"
