@@ -6,9 +6,9 @@
                                       [override ...]
 
 Runs the world's config (`--world fast`: configs/rubric_world.yaml, 100 steps at lr 3e-4, where the
-hack is complete by step 30-40; `paced`: configs/rubric_world_paced.yaml, the same world at a
-fifth of the lr over 150 steps, meant to put the fixed rubric's gold peak at 40-60 % of the run;
-unmeasured) once per (arm, seed) as `python -m dynalize.run` subprocesses, `--parallel` at a time,
+hack is complete by step 30-40; `paced`: configs/rubric_world_paced.yaml, the same world over 150
+steps at lr 1e-4 with a 75-step warmup, where the fixed rubric's gold peaks at 40-53 % of the run on
+3 seeds) once per (arm, seed) as `python -m dynalize.run` subprocesses, `--parallel` at a time,
 into `<out>/<arm>_s<seed>/`; the arms differ only in their own fields (set after the overrides):
 
     base / fixed      rubric.dropout.f=0 (fixed rubric)
