@@ -42,7 +42,7 @@ from dynalize.judge.prompting import transcript  # noqa: E402
 from dynalize.grpo import advantages  # noqa: E402
 from dynalize.penalties.config import LexicalConfig  # noqa: E402
 from dynalize.penalties.lexical import LexicalProposer  # noqa: E402
-from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign, pool_views  # noqa: E402
+from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign, own_reply_scores, pool_views  # noqa: E402
 from dynalize.types import Penalty  # noqa: E402
 
 
@@ -58,9 +58,7 @@ def batch_view(run_dir: Path, step: int) -> ProposerView | None:
     for g, members in sorted(groups.items()):
         scores = [r["scores"]["rm"] for r in members]
         for r, a in zip(members, advantages([scores])[0]):
-            own = r.get("rm_scores") or []
-            own = own if len(own) > 1 and len(own) == len(r["replies"]) \
-                and abs(sum(own) / len(own) - r["scores"]["rm"]) <= 1e-9 * max(1.0, abs(r["scores"]["rm"])) else []
+            own = own_reply_scores(r.get("rm_scores") or [], len(r["replies"]), r["scores"]["rm"])
             samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, "\n\n".join(r["replies"]), r["scores"]["rm"],
                                       advantage_sign(a), r["replies"] if len(r["replies"]) > 1 else [],
                                       [transcript(c) for c, _ in row_exchanges(r)], own))

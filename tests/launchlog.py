@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 CLUES = re.compile(r"terminate called|what\(\)|Fatal Python error|Current thread|File \"|Abort|SIGABRT|"
-                   r"signal|Exception raised from|frame #|gloo|c10d|error|Error", re.I)
+                   r"signal|Exception raised from|frame #|gloo|c10d|error", re.I)
 
 
 def launch_env(env: dict[str, str]) -> dict[str, str]:

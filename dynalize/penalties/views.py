@@ -113,12 +113,23 @@ def build_view(batch: Batch, scores: list[list[float]], advantages: list[list[fl
         for i in rng.sample(range(len(group)), min(per_group, len(group))):
             sid = f"s{len(samples) + 1:0{width}d}"
             replies = group[i].replies
-            own = list(reply_scores[gi][i]) if reply_scores is not None and len(replies) > 1 else []
+            own = [float(x) for x in reply_scores[gi][i]] if reply_scores is not None and len(replies) > 1 else []
             samples.append(ViewSample(sid, gi, group[i].text, float(scores[gi][i]),
                                       advantage_sign(advantages[gi][i]), list(replies) if len(replies) > 1 else [],
-                                      contexts_of(group[i]), [float(x) for x in own]))
+                                      contexts_of(group[i]), own))
     return ProposerView(step=step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain)
+
+
+def own_reply_scores(per_reply: list[float], replies: int, before: float) -> list[float]:
+    """`per_reply` (a reward model's scores of a rollout's `replies` replies, one each) as the
+    replies' own scores before penalties, when the score before penalties is their mean (the RM
+    is the only other term); [] otherwise (no share of the score can be put on one reply) and for
+    single-reply rollouts. What `ViewSample.reply_scores` holds."""
+    if len(per_reply) < 2 or len(per_reply) != replies:
+        return []
+    mean = sum(per_reply) / len(per_reply)
+    return [float(x) for x in per_reply] if abs(mean - before) <= 1e-9 * max(1.0, abs(before)) else []
 
 
 def contexts_of(r: Rollout) -> list[str | None]:

@@ -37,7 +37,7 @@ from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
-from ..penalties.views import ProposerView, ViewSample, build_view, pool_views
+from ..penalties.views import ProposerView, ViewSample, build_view, own_reply_scores, pool_views
 from ..types import Batch, Rollout
 from .base import RewardTerm, TermScores
 
@@ -304,10 +304,5 @@ def _view_from_state(d: dict[str, Any]) -> ProposerView:
 
 def reply_scores(rollout: Rollout, before: float) -> list[float]:
     """The replies' own scores before penalties: the RM's per-reply scores (`rm_scores`) when the
-    reward before penalties is their mean (the RM is the only other term); [] otherwise, where no
-    share of the reward can be put on one reply."""
-    own = rollout.info.get("rm_scores") or []
-    if len(own) < 2 or len(own) != len(rollout.replies):
-        return []
-    mean = sum(own) / len(own)
-    return [float(x) for x in own] if abs(mean - before) <= 1e-9 * max(1.0, abs(before)) else []
+    reward before penalties is their mean (views.own_reply_scores); [] otherwise."""
+    return own_reply_scores(rollout.info.get("rm_scores") or [], len(rollout.replies), before)
