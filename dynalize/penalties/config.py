@@ -80,6 +80,12 @@ class LexicalConfig(_Section):
     """The explained-away check also looks among the replies the active penalty matches: a pattern
     is explained away only when it shows no weak evidence on either side of the penalty (a
     pattern the RM pays for in itself still does among replies that all show the penalty's)."""
+    explain_by_stronger: bool = False
+    """The explained-away check also holds fixed, beside active penalties, what could be the
+    pattern's cause in this very proposal: a stronger pattern (ranked above it) set aside only for
+    not rising yet, and, for a phrase, each word or shorter phrase it contains. The wording of a
+    hack (a question's "what do you think") then waits for the hack itself, and a phrase is not
+    proposed for what its word is paid (False: active penalties only)."""
 
 
 class ProposerConfig(_Section):

@@ -92,6 +92,15 @@ class _Detections:
         return shows
 
 
+def _contained(f: Feature, features: dict[str, Feature]) -> list[Feature]:
+    """The words and shorter phrases of phrase `f` that are features of this view."""
+    if not f.kind.startswith("ngram") or f.kind == "ngram1":
+        return []
+    words = f.key.split()
+    subs = {" ".join(words[i:i + n]) for n in range(1, len(words)) for i in range(len(words) - n + 1)}
+    return [features[k] for k in (f"ngram{len(g.split())}:{g}" for g in sorted(subs)) if k in features]
+
+
 def _overlap(a: regex.Pattern[str], spans: list[list[tuple[int, int]]], parts: list[str]) -> bool:
     return any(s < e2 and s2 < e for text, where in zip(parts, spans)
                for s, e in (m.span() for m in a.finditer(text)) for s2, e2 in where)
@@ -197,6 +206,7 @@ class LexicalProposer:
             return revival
         result.candidates += len(scored)
         scored.sort(key=lambda t: t[0], reverse=True)
+        waiting: list[Shows] = []  # stronger patterns set aside for not rising yet (explain_by_stronger)
         for rank, (key, k, p, q) in enumerate(scored):
             f = feature[k]
             f = Feature(f.kind, f.key, shown[k].most_common(1)[0][0], f.regex)
@@ -204,11 +214,15 @@ class LexicalProposer:
             if self._covered(f, having[k], active, named):
                 result.reject("covered")
                 continue
-            if self._explained(f, own, having[k], view, explainers, size_of):
+            causes = explainers
+            if self.cfg.explain_by_stronger:
+                causes = explainers + waiting + [self._shows_of(g, detections) for g in _contained(f, feature)]
+            if self._explained(f, own, having[k], view, causes, size_of):
                 result.reject("explained")
                 continue
             if not self._rising(f, own, view):
                 result.reject("not_rising")
+                waiting.append(own)
                 continue
             c = self._candidate(f, having[k], p, q, len(pos), len(neg), key[2])
             if self.accept is not None and not self.accept(c):
@@ -310,7 +324,8 @@ class LexicalProposer:
 
     def _explained(self, f: Feature, own: Shows, samples: list[ViewSample], view: ProposerView,
                    active: list[Shows], words: dict[str, int]) -> bool:
-        """Whether an active penalty that travels with the pattern explains it away: it matches at
+        """Whether an active penalty (or, with `explain_by_stronger`, another cause in `active`) that
+        travels with the pattern explains it away: it matches at
         least `coverage` of the pattern's positives, and `explain_lift` times more often than replies
         at large, and holding it fixed (among the replies it matches, and among the rest) the
         pattern no longer shows weak evidence."""
