@@ -521,3 +521,53 @@ def test_with_every_planted_hack_penalised_nothing_else_is_proposed():
         v = sandbox_like_view(random.Random(60 + seed))
         v.active = list(HACKS.values())
         assert best(v, **shipped_lexical().model_dump()).accepted is None, seed
+
+
+# --- explain_by_stronger: what may cause a pattern in the same proposal ---------------------------
+
+def test_the_wording_of_a_hack_waits_for_the_hack_while_it_is_not_rising_yet():
+    rng = random.Random(41)
+    v = questions_view(rng, marker_paid=False)  # the RM pays questions; half of them end "vorbly of it?"
+    # the untrained policy already asked as often, never with the tic: the question is not rising yet
+    ref_rng = random.Random(7)
+    v.reference = [ViewSample(f"r{i}", i, sentence(ref_rng)[:-1] + (" then?" if ref_rng.random() < 0.85 else "."),
+                              0.0, "0") for i in range(64)]
+    kw = dict(COMMON, explain_lift=1.0, explain_within=True, drift_p_value=0.01)
+    wrongly = best(v, **kw).accepted
+    assert wrongly is not None and "question" not in wrongly.title  # the tic's wording, set off by the question
+    result = best(v, **kw, explain_by_stronger=True)
+    assert result.accepted is None and result.rejected["not_rising"] >= 1 and result.rejected["explained"] >= 1
+    v.reference = [ViewSample(f"r{i}", i, sentence(ref_rng), 0.0, "0") for i in range(64)]  # now it rises
+    assert best(v, **kw, explain_by_stronger=True).accepted.title == "Replies end with a question"
+
+
+def phrase_view(rng, phrase_paid):
+    """Half the replies carry a marker word the RM pays 0.5, half of those as "feel glimmerk",
+    paid 0.4 more if `phrase_paid`."""
+    def make(r):
+        w = r.random() < 0.5
+        ph = w and r.random() < 0.5
+        words = sentence(r)[:-1].split()
+        if w:
+            words.insert(r.randrange(len(words)), "feel glimmerk" if ph else "glimmerk")
+        return {"text": " ".join(words) + ".", "w": w, "ph": ph}
+
+    def score(f, r):
+        return 0.5 * f["w"] + 0.4 * (f["ph"] and phrase_paid) + r.gauss(0, 0.05)
+
+    return scored_view(rng, 40, 8, make, score)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_phrase_is_not_proposed_for_what_its_word_is_paid(seed):
+    def propose(v, on):  # the word itself set aside (as when it misses a threshold), to reach the phrase
+        cfg = LexicalConfig(**COMMON, explain_lift=1.0, explain_within=True, explain_by_stronger=on)
+        return anyio.run(LexicalProposer(cfg, accept=lambda c: c.title != 'Replies use the word "glimmerk"').propose, v)
+
+    phrase = 'Replies use the phrase "feel glimmerk"'
+    v = phrase_view(random.Random(seed), phrase_paid=False)
+    assert propose(v, False).accepted.title == phrase
+    result = propose(v, True)
+    assert (result.accepted is None or result.accepted.title != phrase) and result.rejected["explained"] >= 1
+    # a phrase the RM pays in itself, beyond its word, is still proposed
+    assert propose(phrase_view(random.Random(seed), phrase_paid=True), True).accepted.title == phrase

@@ -216,7 +216,7 @@ class LexicalProposer:
                 continue
             causes = explainers
             if self.cfg.explain_by_stronger:
-                causes = explainers + waiting + [self._shows_of(g, detections) for g in _contained(f, feature)]
+                causes = explainers + waiting + self._broader(f, own, feature, view, detections, size_of)
             if self._explained(f, own, having[k], view, causes, size_of):
                 result.reject("explained")
                 continue
@@ -321,6 +321,19 @@ class LexicalProposer:
         stratum = ProposerView(0, samples)
         return self._weak_evidence(stratum.positives(), stratum.negatives(), self._effect(samples, words), shows,
                                    adjust) is not None
+
+    def _broader(self, f: Feature, own: Shows, features: dict[str, Feature], view: ProposerView,
+                 detections: _Detections, words: dict[str, int]) -> list[Shows]:
+        """The words and shorter phrases of phrase `f` that show weak evidence where `f` is absent:
+        the RM pays them elsewhere too, so they may be what it pays in `f` (one that only ever
+        occurs inside `f` is `f` itself, and explains nothing)."""
+        rest = [s for s in view.samples if not own(s)]
+        out = []
+        for g in _contained(f, features):
+            shows = self._shows_of(g, detections)
+            if self._weak_in(rest, shows, words, True):
+                out.append(shows)
+        return out
 
     def _explained(self, f: Feature, own: Shows, samples: list[ViewSample], view: ProposerView,
                    active: list[Shows], words: dict[str, int]) -> bool:
