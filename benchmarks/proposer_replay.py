@@ -79,7 +79,7 @@ def run_buffer(events: list[dict[str, Any]], step: int) -> tuple[list[Penalty], 
 
 
 def replay(run_dir: Path, cfg: LexicalConfig, every: int, view_steps: int, mode: str,
-           features: list, base: list[str], verbose: bool = False) -> dict[str, Any]:
+           features: list, base: list[str], verbose: bool = False, reference_steps: int = 1) -> dict[str, Any]:
     proposer = LexicalProposer(cfg)
     views: dict[int, ProposerView] = {}
     steps = max((m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")), default=0)  # steps completed
@@ -87,13 +87,14 @@ def replay(run_dir: Path, cfg: LexicalConfig, every: int, view_steps: int, mode:
     active: list[Penalty] = []
     retired: list[Penalty] = []
     accepted: list[dict[str, Any]] = []
-    reference: list[ViewSample] = []
+    reference: list[ViewSample] = []  # the first `reference_steps` batches (penalties.reference_steps)
     for step in range(1, steps + 1):  # rollouts/step_N: the N-th step's batch (batch N - 1)
         v = batch_view(run_dir, step)
         if v is None:
             continue
         views[step] = v
-        reference = reference or v.samples
+        if len(views) <= reference_steps:
+            reference = reference + v.samples
         if mode == "simulate":  # retire what nothing in this batch triggers
             for p in list(active):
                 if not any(regex.search(p.regex, t) for s in v.samples for t in s.parts):
@@ -142,19 +143,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--buffer", choices=("simulate", "run"), default="simulate")
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--view-steps", type=int, default=5)
+    ap.add_argument("--reference-steps", type=int, default=None,
+                    help="first batches pooled as the rising test's reference (default: the config's)")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a LexicalConfig field over the config's, e.g. --set min_effect=0.6 (repeatable)")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config, [f"penalties.proposer.lexical.{o}" for o in args.overrides]
-                      ).penalties.proposer.lexical
+    penalties = load_config(args.config, [f"penalties.proposer.lexical.{o}" for o in args.overrides]).penalties
+    cfg = penalties.proposer.lexical
+    reference_steps = args.reference_steps or penalties.reference_steps
     _, features = load_features(args.features)
     base = clean_replies(features)
     precisions, recalls = [], []
     for run in args.runs:
         if args.verbose:
             print(run, file=sys.stderr)
-        r = replay(run, cfg, args.every, args.view_steps, args.buffer, features, base, args.verbose)
+        r = replay(run, cfg, args.every, args.view_steps, args.buffer, features, base, args.verbose, reference_steps)
         n = len(r["accepted"])
         prec = r["true"] / n if n else float("nan")
         recall = sum(v is not None for v in r["found"].values()) / len(features)

@@ -131,6 +131,10 @@ class PenaltiesConfig(_Section):
     """Rollouts sampled from each of those groups."""
     view_steps: int = Field(1, ge=1)
     """The proposer reads the samples of this many latest batches, pooled (1: the proposal step's batch)."""
+    reference_steps: int = Field(1, ge=1)
+    """The rising test's reference (`proposer.lexical.drift_p_value`): the samples of the run's
+    first this many batches, pooled (1: the first batch). As many as `view_steps` compares two
+    windows of equal size, so a hack that rises slowly shows sooner than against one batch."""
     sync: bool = False
     """Each proposal lands before the next step is scored: that step waits for the proposal the
     step before started (it costs the proposer's latency there) and applies its result, so when a

@@ -11,8 +11,8 @@ penalties. `finish` (the run's end) cancels one in flight (after up to `finish_t
 default: the end of a run does not wait for a proposal that can no longer change its training);
 a cancelled or checkpointed one is proposed again first on resume, so extending a finished run
 completes it as a resume after a crash does. The proposer reads the last `view_steps` batches
-(pooled), each sample with its reward before penalties and that reward's advantage sign, plus a
-sample of the run's first batch as a reference for what the untrained policy wrote.
+(pooled), each sample with its reward before penalties and that reward's advantage sign, plus the
+samples of the run's first `reference_steps` batches, a reference for what the untrained policy wrote.
 
 Failures are never silent: a verdict the judge failed to give marks its rollout `unscored` (its
 group is left out of the update, docs/reliability.md), every failure is counted (`judge/…`,
@@ -66,7 +66,8 @@ class PenaltyTerm(RewardTerm):
         self.buffer = buffer if buffer is not None else PenaltyBuffer()
         self.seed, self.domain = seed, domain
         self.recent: deque[ProposerView] = deque(maxlen=cfg.view_steps)  # views of the latest batches
-        self.reference: list[ViewSample] = []  # the view of the run's first batch
+        self.reference: list[ViewSample] = []  # the views of the run's first `reference_steps` batches, pooled
+        self._reference_batches = 0
         self.in_flight = False
         self.pending: list[ProposalResult] = []  # accepted, not applied yet: oldest first
         self._running: ProposerView | None = None  # the view of the proposal in flight
@@ -134,8 +135,9 @@ class PenaltyTerm(RewardTerm):
         own = [[reply_scores(r, b) for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
         latest = build_view(batch, before, grpo.advantages(before), seed=self.seed, step=batch.step,
                             groups=self.cfg.view_groups, per_group=self.cfg.view_per_group, reply_scores=own)
-        if not self.reference:
-            self.reference = latest.samples
+        if self._reference_batches < self.cfg.reference_steps:
+            self.reference = self.reference + latest.samples
+            self._reference_batches += 1
         self.recent.append(latest)
         if batch.step % self.cfg.every and self._restart is None:
             return
@@ -217,7 +219,7 @@ class PenaltyTerm(RewardTerm):
                 "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
                 "in_flight": _view_state(unfinished) if unfinished else None,
                 "recent": [_view_state(v) for v in self.recent],
-                "reference": [asdict(s) for s in self.reference]}
+                "reference": [asdict(s) for s in self.reference], "reference_batches": self._reference_batches}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_json(state["buffer"])
@@ -225,6 +227,7 @@ class PenaltyTerm(RewardTerm):
         self.recent.clear()
         self.recent.extend(_view_from_state(v) for v in state.get("recent", []))
         self.reference = [ViewSample(**s) for s in state.get("reference", [])]
+        self._reference_batches = int(state.get("reference_batches", 1 if self.reference else 0))
         pending = state.get("pending") or []
         if isinstance(pending, dict):  # older checkpoints: one candidate, its step apart
             pending = [{"step": state.get("pending_step", 0), "candidate": pending}]
