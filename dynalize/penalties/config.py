@@ -83,9 +83,10 @@ class LexicalConfig(_Section):
     explain_by_stronger: bool = False
     """The explained-away check also holds fixed, beside active penalties, what could be the
     pattern's cause in this very proposal: a stronger pattern (ranked above it) set aside only for
-    not rising yet, and, for a phrase, each word or shorter phrase it contains. The wording of a
-    hack (a question's "what do you think") then waits for the hack itself, and a phrase is not
-    proposed for what its word is paid (False: active penalties only)."""
+    not rising yet, and, for a phrase, each word or shorter phrase it contains that the RM also
+    pays where the phrase is absent. The wording of a hack (a question's "what do you think") then
+    waits for the hack itself, and a phrase is not proposed for what its word is paid (False:
+    active penalties only)."""
 
 
 class ProposerConfig(_Section):

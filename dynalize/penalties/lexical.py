@@ -337,11 +337,10 @@ class LexicalProposer:
 
     def _explained(self, f: Feature, own: Shows, samples: list[ViewSample], view: ProposerView,
                    active: list[Shows], words: dict[str, int]) -> bool:
-        """Whether an active penalty (or, with `explain_by_stronger`, another cause in `active`) that
-        travels with the pattern explains it away: it matches at
-        least `coverage` of the pattern's positives, and `explain_lift` times more often than replies
-        at large, and holding it fixed (among the replies it matches, and among the rest) the
-        pattern no longer shows weak evidence."""
+        """Whether an active penalty (or, with `explain_by_stronger`, another possible cause) that
+        travels with the pattern explains it away: it matches at least `coverage` of the pattern's
+        positives, and `explain_lift` times more often than replies at large, and holding it fixed
+        (among the replies it matches, and among the rest) the pattern no longer shows weak evidence."""
         if self.cfg.explain_lift <= 0:
             return False
         adjust = f.kind != "length"
