@@ -29,6 +29,7 @@ from dynalize import tiny
 from dynalize.backends.accelerate import AccelerateLearner
 from dynalize.backends.sharding import local_parameter_share
 from dynalize.config import TrainerConfig
+from dynalize.run import exit_process
 from dynalize.types import TrainSequence
 
 STEPS = 3
@@ -109,3 +110,4 @@ if __name__ == "__main__":
         return args[args.index(flag) + 1] if flag in args else None
 
     main(Path(sys.argv[1]), "--fp16-overflow" in args, value("--save-after-2"), value("--resume"))
+    exit_process(0)  # as a run's rank leaves (dynalize.run): no interpreter teardown, seen to SIGABRT
