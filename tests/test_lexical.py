@@ -7,7 +7,8 @@ import anyio
 import pytest
 
 from dynalize.penalties.config import LexicalConfig
-from dynalize.penalties.lexical import LexicalProposer
+from dynalize.judge.saferegex import RegexTimeout, SafeRegex
+from dynalize.penalties.lexical import MATCH_PASSES, LexicalProposer
 from dynalize.penalties.surface import reply_features
 from dynalize.penalties.views import ProposerView, ViewSample
 from dynalize.types import Penalty
@@ -288,7 +289,27 @@ def test_penalties_with_stalling_regexes_are_left_out_and_counted():
     v.retired = [stall_retired]
     result = best(v)
     assert result.accepted.title == f'Replies open with "{opener}"'  # the proposal goes on without them
-    assert result.regex_timeouts == 2
+    assert result.regex_timeouts == 2 * MATCH_PASSES  # every pass of both counted
+
+
+def test_an_active_penalty_whose_pass_timed_out_once_still_covers_its_pattern(monkeypatch):
+    # a loaded machine can slow one pass past its budget; left out, the penalty's own pattern
+    # would be proposed again as new
+    rng = random.Random(0)
+    opener = invented_word(rng).capitalize() + ","
+    active = Penalty("p001", "opener", "", regex=rf"(?i)\A\s*{opener}")
+    v = make_view(rng, lambda r: f"{opener} {sentence(r)}", lambda r: sentence(r), active=[active])
+    real, calls = SafeRegex.spans_all, []
+
+    def slow_once(self, texts, budget=1.0):
+        calls.append(self.pattern)
+        if len(calls) == 1:
+            raise RegexTimeout("slowed by the machine")
+        return real(self, texts, budget)
+
+    monkeypatch.setattr(SafeRegex, "spans_all", slow_once)
+    result = best(v)
+    assert result.accepted is None and result.rejected["covered"] >= 1 and result.regex_timeouts == 1
 
 
 # --- rules against false penalties (docs/sandbox.md, "Precision") --------------------------------

@@ -9,7 +9,8 @@ through the same tests beside the word patterns and become penalties that name t
 The rules and the evidence for each are in docs/penalties.md ("The lexical proposer", "Named
 detectors"). Penalties' regexes may come from elsewhere (an LLM
 proposer, a checkpoint): they are matched once per proposal through saferegex, and one that runs
-past its time budget is left out of the checks (counted in `regex_timeouts`). Words, tokens and
+past its time budget on `MATCH_PASSES` passes in a row is left out of the checks (each timed-out
+pass counted in `regex_timeouts`). Words, tokens and
 the proposer's own patterns use the judge's engine (`regex`), so the evidence counted here and
 the judge's verdicts agree on every character (`regex`'s word characters include combining
 marks; its white space leaves out U+001C..U+001F, which `re` and `str.split` count).
@@ -39,23 +40,34 @@ Spans = dict[str, list[list[tuple[int, int]]]]
 (`ViewSample.parts`), the (start, end) of each match."""
 
 
+MATCH_PASSES = 3
+"""Passes a penalty's regex gets over a view before it is left out for running past its budget: a
+pass that timed out once may have been slowed by the machine, and leaving an active penalty out
+lets its own pattern be proposed again."""
+
+
 def penalty_matches(penalties: list[Penalty], samples: list[ViewSample],
                     result: ProposalResult) -> list[tuple[Penalty, Spans]]:
     """The penalties with a usable regex, with its matches in `samples`. A pattern past its time
-    budget (saferegex) is left out and counted in `result.regex_timeouts`; a bad one is left out."""
+    budget (saferegex) on `MATCH_PASSES` passes in a row is left out, each timed-out pass counted in
+    `result.regex_timeouts`; a bad one is left out."""
     texts = [t for s in samples for t in s.parts]
     out = []
     for pen in penalties:
         if not pen.regex:
             continue
         try:
-            found = iter(SafeRegex(pen.regex).spans_all(texts))
+            rx = SafeRegex(pen.regex)
         except UnsafeRegex:
             continue
-        except RegexTimeout:
-            result.regex_timeouts += 1
-            continue
-        out.append((pen, {s.id: [next(found) for _ in s.parts] for s in samples}))
+        for _ in range(MATCH_PASSES):
+            try:
+                found = iter(rx.spans_all(texts))
+            except RegexTimeout:
+                result.regex_timeouts += 1
+                continue
+            out.append((pen, {s.id: [next(found) for _ in s.parts] for s in samples}))
+            break
     return out
 
 
