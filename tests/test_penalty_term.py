@@ -321,30 +321,32 @@ def test_proposer_reads_the_last_view_steps_batches_and_the_first_as_reference()
     assert a.step == b.step == 9 and a.samples == b.samples and a.reference == b.reference
 
 
-
-def test_reference_steps_pools_the_runs_first_batches_and_survives_a_resume():
+def _reference_term(state=None):
+    """A penalty term pooling its first 2 batches as the reference, resumed from `state` if given."""
     prop = FakeProposer()
     eng = term(prop, RegexJudge(), every=3, view_steps=2, view_per_group=4, reference_steps=2)
+    if state is not None:
+        eng.load_state_dict(json.loads(json.dumps(state)))
+    return prop, eng
+
+
+def test_reference_steps_pools_the_runs_first_batches_and_survives_a_resume():
+    prop, eng = _reference_term()
     _propose_all(eng, range(4))
     first, later = prop.views[0], prop.views[1]
     assert first.reference == first.samples  # at step 0 only the first batch exists
     assert len(later.reference) == 24 and sorted({s.text[-7:-1] for s in later.reference}) == ["step 0", "step 1"]
-    state = json.loads(json.dumps(eng.state_dict()))
     # resumed after the reference is complete: it is not extended by later batches
-    fresh_prop = FakeProposer()
-    fresh = term(fresh_prop, RegexJudge(), every=3, view_steps=2, view_per_group=4, reference_steps=2)
-    fresh.load_state_dict(state)
+    fresh_prop, fresh = _reference_term(eng.state_dict())
     _propose_all(fresh, [4, 5, 6])
     assert fresh_prop.views[-1].reference == later.reference
     # resumed half-way (one batch in): the next batch completes it, as in the run that did not stop
-    half = term(FakeProposer(), RegexJudge(), every=3, view_steps=2, view_per_group=4, reference_steps=2)
+    _, half = _reference_term()
     _propose_all(half, [0])
-    state = json.loads(json.dumps(half.state_dict()))
-    resumed_prop = FakeProposer()
-    resumed = term(resumed_prop, RegexJudge(), every=3, view_steps=2, view_per_group=4, reference_steps=2)
-    resumed.load_state_dict(state)
+    resumed_prop, resumed = _reference_term(half.state_dict())
     _propose_all(resumed, [1, 2, 3])
     assert resumed_prop.views[-1].reference == later.reference
+
 
 # --- nothing the proposer accepted is lost (issue 21) ---------------------------------------------
 

@@ -339,11 +339,16 @@ class LexicalProposer:
         """The words and shorter phrases of phrase `f` that show weak evidence where `f` is absent:
         the RM pays them elsewhere too, so they may be what it pays in `f` (one that only ever
         occurs inside `f` is `f` itself, and explains nothing)."""
+        contained = _contained(f, features)
+        if not contained:  # not a phrase: nothing to look at, and no stratum to build
+            return []
         rest = [s for s in view.samples if not own(s)]
+        stratum, effect = ProposerView(0, rest), self._effect(rest, words)  # once, for every word tested
+        pos, neg = stratum.positives(), stratum.negatives()
         out = []
-        for g in _contained(f, features):
+        for g in contained:
             shows = self._shows_of(g, detections)
-            if self._weak_in(rest, shows, words, True):
+            if self._weak_evidence(pos, neg, effect, shows, True) is not None:
                 out.append(shows)
         return out
 
