@@ -1,5 +1,6 @@
 """The length onset: proposed "longer than L words" penalties start where the reward starts to pay
-(`length_threshold: onset`), on any threshold, for a step bonus and for a bonus growing with length."""
+(`length_threshold: onset`), on any threshold, for a step bonus and for a bonus growing with length,
+also on a reward that already pays for not being short; and none where it never starts to pay."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 import pytest
 
 from dynalize.grpo import advantages
+from dynalize.penalties.candidate import ProposalResult
 from dynalize.penalties.config import LexicalConfig
 from dynalize.penalties.evidence import length_onset
 from dynalize.penalties.lexical import LexicalProposer
@@ -17,7 +19,7 @@ from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
 WORDS = "the a cat dog sat ran far near home slowly quickly".split()
 
 
-def view(onset: int, shape: str, seed: int = 0, groups: int = 24, per_group: int = 8) -> ProposerView:
+def view(onset: int, shape: str, seed: int = 0, groups: int = 80, per_group: int = 8) -> ProposerView:
     """Replies of 8 to 80 words; the reward pays past `onset` words (a step, or a ramp)."""
     rng = random.Random(seed)
     texts, scores = [], []
@@ -57,6 +59,49 @@ def test_the_onset_setting_proposes_the_limit_where_the_reward_starts_to_pay(ons
     assert length_limit(largest_pick.regex) >= length_limit(onset_pick.regex)
 
 
-def test_ties_go_to_the_smaller_limit():
-    samples = [ViewSample("a", 0, "x", 1.0, "+"), ViewSample("b", 0, "x x", 1.0, "-")]
-    assert length_onset(samples, {"a": 1, "b": 2}, [10, 5, 20]) == 5
+def view_on_content(bonus_from: int | None, seed: int = 0, groups: int = 80, per_group: int = 8) -> ProposerView:
+    """Replies of 5 to 60 words scored as true quality often is: more for not being short, flat
+    from 25 words on; with `bonus_from`, a bonus of 0.5 past that many words on top (a hack)."""
+    rng = random.Random(seed)
+    texts, scores = [], []
+    for _ in range(groups):
+        t, sc = [], []
+        for _ in range(per_group):
+            n = rng.randint(5, 60)
+            bonus = 0.5 * (bonus_from is not None and n > bonus_from)
+            t.append(" ".join(["word"] * n))  # nothing but length to tell replies apart
+            sc.append(rng.gauss(0, 0.3) + min(1.0, n / 25) + bonus)
+        texts.append(t)
+        scores.append(sc)
+    samples = []
+    for g, (t, sc, adv) in enumerate(zip(texts, scores, advantages(scores))):
+        for text, s, a in zip(t, sc, adv):
+            samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, text, s, advantage_sign(a)))
+    return ProposerView(step=0, samples=samples)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("onset", [40, 50])
+def test_the_onset_is_found_on_a_reward_that_already_rises_with_length(onset, seed):
+    v = view_on_content(onset, seed)
+    words = {s.id: len(s.text.split()) for s in v.samples}
+    found = length_onset(v.samples, words, list(range(5, 60, 5)))
+    assert found is not None and abs(found - onset) <= 5
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_reward_that_only_pays_for_not_being_short_has_no_onset(seed):
+    v = view_on_content(None, seed)
+    words = {s.id: len(s.text.split()) for s in v.samples}
+    assert length_onset(v.samples, words, list(range(5, 60, 5))) is None
+
+
+def test_the_onset_setting_proposes_no_length_penalty_where_the_reward_never_starts_to_pay():
+    cfg = dict(min_diff=0.04, min_log_ratio=0.3, max_p_value=1e-3, min_effect=0.3, length_adjusted=True)
+    v = view_on_content(None)
+    largest_pick = LexicalProposer(LexicalConfig(**cfg)).best(v)
+    assert largest_pick is not None and length_limit(largest_pick.regex) is not None  # the contrast is there
+    result = ProposalResult(step=0)
+    onset_pick = LexicalProposer(LexicalConfig(**cfg, length_threshold="onset")).best(v, result)
+    assert onset_pick is None
+    assert result.rejected.get("no_onset") == 1

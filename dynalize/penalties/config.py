@@ -46,10 +46,11 @@ class LexicalConfig(_Section):
     Single-turn rollouts count the same either way."""
     length_threshold: Literal["largest", "onset"] = "largest"
     """Which of the length limits that pass every test is proposed: `largest` (the strictest
-    separation of positives from negatives) or `onset` (where the reward starts to pay: the limit
-    whose step or hinge in word count best fits the RM scores within groups, evidence.length_onset).
-    A reward paying from 30 words gets "longer than 40" from `largest` when 40 still separates,
-    which leaves what it pays between 30 and 40 unpenalised."""
+    separation of positives from negatives) or `onset` (the passing limit nearest where the reward
+    starts to pay more for each extra word, evidence.length_onset; no length penalty while it does
+    not). A reward paying from 30 words gets "longer than 40" from `largest` when 40 still
+    separates, which leaves what it pays between 30 and 40 unpenalised; and a reward that only pays
+    for not being short (true quality, often) gets a length penalty from `largest`, none from `onset`."""
     min_effect: float = Field(0.8, ge=0)
     """Replies with the pattern must beat the rest of their group by this many within-group RM stds."""
     weak_p_value: float = Field(0.05, gt=0, le=1)

@@ -1,5 +1,5 @@
 """The statistics behind the lexical proposer's tests: Fisher's exact test, the RM effect, and
-where a reward that pays for length starts to pay.
+where a reward that pays for length starts to pay (its local pay for each extra word count).
 
 `Effect` asks how much more the RM pays, inside prompt groups, for replies that show a pattern
 than for those that do not; with `words` it holds reply length fixed (a least-squares fit within
@@ -88,26 +88,62 @@ class Effect:
         return sum(d * n for d, n in diffs) / sum(n for _, n in diffs) / self.spread
 
 
-def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[int]) -> int:
-    """Of `limits`, where the RM starts paying for length: the L whose step 1[w > L] or hinge
-    max(0, w − L) in word count `w`, fitted by least squares within groups (both centred in each
-    group), leaves the smallest residual sum of squares. A step fits an RM that pays a bonus past
-    L words; a hinge one that pays more the further past L. Ties go to the smaller L."""
+ONSET_WINDOW = 10
+"""Words on each side of a limit L that its local contrast compares: (L − W, L] against (L, L + W]."""
+ONSET_T = 3
+"""How many standard errors a rise of the local contrast must reach to count as the RM starting to pay."""
+
+
+def local_length_pay(samples: list[ViewSample], words: dict[str, int], limits: list[int],
+                     window: int = ONSET_WINDOW) -> dict[int, tuple[float, float]]:
+    """For each limit L that 3 or more groups can measure: what the RM pays, locally, for crossing
+    L, and its standard error. Within each group, the mean RM score of its replies of (L, L + W]
+    words minus that of its replies of (L − W, L]; the mean of those differences weighted by the
+    longer replies, in the view's spread units (as `Effect`). A reward that pays only for not
+    being short (as true quality often does) gives a contrast that falls with L; one that starts
+    paying past L* gives a contrast that rises to L*."""
+    spread = Effect(samples).spread
     groups: dict[int, list[ViewSample]] = {}
     for s in samples:
         groups.setdefault(s.group, []).append(s)
-
-    def sse(feature: Callable[[int], float]) -> float:
-        sxx = sxy = syy = 0.0
+    shortest, longest = min(words[s.id] for s in samples), max(words[s.id] for s in samples)
+    out = {}
+    for limit in sorted(limits):
+        if limit - window // 2 < shortest or limit + window > longest:
+            continue  # windows the replies do not fill: past the longest, a cut-off reply's drop
+        diffs = []
         for g in groups.values():
-            xs = [feature(words[s.id]) for s in g]
-            ys = [s.score for s in g]
-            mx, my = statistics.fmean(xs), statistics.fmean(ys)
-            for x, y in zip(xs, ys):
-                sxx, sxy, syy = sxx + (x - mx) ** 2, sxy + (x - mx) * (y - my), syy + (y - my) ** 2
-        return syy - (sxy * sxy / sxx if sxx > 1e-12 else 0.0)
+            below = [s.score for s in g if limit - window < words[s.id] <= limit]
+            above = [s.score for s in g if limit < words[s.id] <= limit + window]
+            if below and above:
+                diffs.append((statistics.fmean(above) - statistics.fmean(below), len(above)))
+        if len(diffs) < 3 or spread <= 0:
+            continue
+        total = sum(n for _, n in diffs)
+        mean = sum(d * n for d, n in diffs) / total
+        se = math.sqrt(sum((n * (d - mean)) ** 2 for d, n in diffs)) / total  # of a weighted mean
+        out[limit] = (mean / spread, se / spread)
+    return out
 
-    def best_fit(limit: int) -> float:
-        return min(sse(lambda w: float(w > limit)), sse(lambda w: float(max(0, w - limit))))
 
-    return min(sorted(limits), key=best_fit)
+def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[int]) -> int | None:
+    """Of `limits`, where the RM starts paying for length, or None when it never does.
+
+    On the local pay of each limit (`local_length_pay`): the largest rise from a valley to a later
+    peak that reaches `ONSET_T` standard errors, and the first limit after the valley that reaches
+    half of it. For a step or a ramp past L* that point lies within half a window of L*. A reward
+    that pays for content (steep over short replies, flat after) has no such rise, however strongly
+    it separates short replies from long ones: proposing "longer than L" there would penalise
+    what the reward pays for good reasons."""
+    pay = local_length_pay(samples, words, limits)
+    ls = sorted(pay)
+    rises = []
+    for i, valley in enumerate(ls):
+        for peak in ls[i + 1:]:
+            rise = pay[peak][0] - pay[valley][0]
+            if rise > 0 and rise >= ONSET_T * math.hypot(pay[peak][1], pay[valley][1]):
+                rises.append((rise, valley, peak))
+    if not rises:
+        return None
+    rise, valley, peak = max(rises)
+    return next(lim for lim in ls if valley < lim <= peak and pay[lim][0] >= pay[valley][0] + rise / 2)

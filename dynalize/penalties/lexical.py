@@ -199,12 +199,16 @@ class LexicalProposer:
                                      lambda n=n: effect(lambda s: words_of[s.id] > n, adjust=False))
                 if passed:
                     lengths.append((n, f, samples, passed))
-            if lengths:
-                _, f, samples, passed = max(lengths, key=lambda t: t[0])
-                if self.cfg.length_threshold == "onset":  # the passing limit nearest the fitted onset
-                    limits = list(range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step))
-                    onset = length_onset(view.samples, words_of, limits)
-                    _, f, samples, passed = min(lengths, key=lambda t: (abs(t[0] - onset), t[0]))
+            chosen = max(lengths, key=lambda t: t[0]) if lengths else None
+            if lengths and self.cfg.length_threshold == "onset":
+                # the passing limit nearest where the RM starts to pay; none if it never starts
+                limits = list(range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step))
+                onset = length_onset(view.samples, words_of, limits)
+                chosen = None if onset is None else min(lengths, key=lambda t: (abs(t[0] - onset), t[0]))
+                if chosen is None:
+                    result.reject("no_onset")
+            if chosen is not None:
+                _, f, samples, passed = chosen
                 having[f.key], shown[f.key], feature[f.key] = samples, Counter({f.shown: 1}), f
                 scored.append((passed[0], f.key, *passed[1:]))
         active = penalty_matches(view.active, view.samples, result)
