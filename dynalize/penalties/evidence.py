@@ -90,7 +90,7 @@ class Effect:
 
 ONSET_WINDOW = 10
 """Words on each side of a limit L that its local contrast compares: (L − W, L] against (L, L + W]."""
-ONSET_T = 3
+ONSET_T = 2.5
 """How many standard errors a rise of the local contrast must reach to count as the RM starting to pay."""
 
 
