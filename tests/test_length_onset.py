@@ -5,6 +5,7 @@ also on a reward that already pays for not being short; and none where it never 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -19,24 +20,28 @@ from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
 WORDS = "the a cat dog sat ran far near home slowly quickly".split()
 
 
-def view(onset: int, shape: str, seed: int = 0, groups: int = 80, per_group: int = 8) -> ProposerView:
-    """Replies of 8 to 80 words; the reward pays past `onset` words (a step, or a ramp)."""
+def grouped_view(reply: Callable[[random.Random], tuple[str, float]], seed: int, groups: int = 80,
+                 per_group: int = 8) -> ProposerView:
+    """A proposer view of `groups` x `per_group` replies, each (text, RM score) drawn by `reply`:
+    640 replies, the size of the sandbox proposer's pooled view."""
     rng = random.Random(seed)
-    texts, scores = [], []
-    for _ in range(groups):
-        t, sc = [], []
-        for _ in range(per_group):
-            n = rng.randint(8, 80)
-            pay = (n > onset) * 1.0 if shape == "step" else max(0, n - onset) / 20
-            t.append(" ".join(rng.choice(WORDS) for _ in range(n)))
-            sc.append(rng.gauss(0, 0.3) + pay)
-        texts.append(t)
-        scores.append(sc)
+    drawn = [[reply(rng) for _ in range(per_group)] for _ in range(groups)]
+    scores = [[sc for _, sc in g] for g in drawn]
     samples = []
-    for g, (t, sc, adv) in enumerate(zip(texts, scores, advantages(scores))):
-        for text, s, a in zip(t, sc, adv):
-            samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, text, s, advantage_sign(a)))
+    for g, (members, adv) in enumerate(zip(drawn, advantages(scores))):
+        for (text, sc), a in zip(members, adv):
+            samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, text, sc, advantage_sign(a)))
     return ProposerView(step=0, samples=samples)
+
+
+def view(onset: int, shape: str, seed: int = 0) -> ProposerView:
+    """Replies of 8 to 80 words; the reward pays past `onset` words (a step, or a ramp)."""
+    def reply(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(8, 80)
+        pay = (n > onset) * 1.0 if shape == "step" else max(0, n - onset) / 20
+        text = " ".join(rng.choice(WORDS) for _ in range(n))
+        return text, rng.gauss(0, 0.3) + pay
+    return grouped_view(reply, seed)
 
 
 @pytest.mark.parametrize("shape", ["step", "ramp"])
@@ -59,25 +64,15 @@ def test_the_onset_setting_proposes_the_limit_where_the_reward_starts_to_pay(ons
     assert length_limit(largest_pick.regex) >= length_limit(onset_pick.regex)
 
 
-def view_on_content(bonus_from: int | None, seed: int = 0, groups: int = 80, per_group: int = 8) -> ProposerView:
+def view_on_content(bonus_from: int | None, seed: int = 0) -> ProposerView:
     """Replies of 5 to 60 words scored as true quality often is: more for not being short, flat
     from 25 words on; with `bonus_from`, a bonus of 0.5 past that many words on top (a hack)."""
-    rng = random.Random(seed)
-    texts, scores = [], []
-    for _ in range(groups):
-        t, sc = [], []
-        for _ in range(per_group):
-            n = rng.randint(5, 60)
-            bonus = 0.5 * (bonus_from is not None and n > bonus_from)
-            t.append(" ".join(["word"] * n))  # nothing but length to tell replies apart
-            sc.append(rng.gauss(0, 0.3) + min(1.0, n / 25) + bonus)
-        texts.append(t)
-        scores.append(sc)
-    samples = []
-    for g, (t, sc, adv) in enumerate(zip(texts, scores, advantages(scores))):
-        for text, s, a in zip(t, sc, adv):
-            samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, text, s, advantage_sign(a)))
-    return ProposerView(step=0, samples=samples)
+    def reply(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(5, 60)
+        bonus = 0.5 * (bonus_from is not None and n > bonus_from)
+        text = " ".join(["word"] * n)  # nothing but length to tell replies apart
+        return text, rng.gauss(0, 0.3) + min(1.0, n / 25) + bonus
+    return grouped_view(reply, seed)
 
 
 @pytest.mark.parametrize("seed", range(4))
