@@ -102,27 +102,26 @@ def local_length_pay(samples: list[ViewSample], words: dict[str, int], limits: l
     longer replies, in the view's spread units (as `Effect`). A reward that pays only for not
     being short (as true quality often does) gives a contrast that falls with L; one that starts
     paying past L* gives a contrast that rises to L*."""
-    spread = Effect(samples).spread
-    groups: dict[int, list[ViewSample]] = {}
-    for s in samples:
-        groups.setdefault(s.group, []).append(s)
+    whole = Effect(samples)  # its groups and spread
+    if whole.spread <= 0:
+        return {}
     shortest, longest = min(words[s.id] for s in samples), max(words[s.id] for s in samples)
     out = {}
     for limit in sorted(limits):
         if limit - window // 2 < shortest or limit + window > longest:
             continue  # windows the replies do not fill: past the longest, a cut-off reply's drop
         diffs = []
-        for g in groups.values():
+        for g in whole.groups.values():
             below = [s.score for s in g if limit - window < words[s.id] <= limit]
             above = [s.score for s in g if limit < words[s.id] <= limit + window]
             if below and above:
                 diffs.append((statistics.fmean(above) - statistics.fmean(below), len(above)))
-        if len(diffs) < 3 or spread <= 0:
+        if len(diffs) < 3:
             continue
         total = sum(n for _, n in diffs)
         mean = sum(d * n for d, n in diffs) / total
         se = math.sqrt(sum((n * (d - mean)) ** 2 for d, n in diffs)) / total  # of a weighted mean
-        out[limit] = (mean / spread, se / spread)
+        out[limit] = (mean / whole.spread, se / whole.spread)
     return out
 
 

@@ -192,7 +192,8 @@ class LexicalProposer:
             # of the length thresholds that separate positives from negatives: the largest, or the onset
             lengths = []
             pos_words, neg_words = [words_of[s.id] for s in pos], [words_of[s.id] for s in neg]
-            for n in range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step):
+            limits = list(range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step))
+            for n in limits:
                 f = length_feature(n)
                 samples = [s for s, w in zip(pos, pos_words) if w > n]
                 passed = self._score(samples, sum(w > n for w in neg_words), len(pos), len(neg), f.kind,
@@ -202,7 +203,6 @@ class LexicalProposer:
             chosen = max(lengths, key=lambda t: t[0]) if lengths else None
             if lengths and self.cfg.length_threshold == "onset":
                 # the passing limit nearest where the RM starts to pay; none if it never starts
-                limits = list(range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step))
                 onset = length_onset(view.samples, words_of, limits)
                 chosen = None if onset is None else min(lengths, key=lambda t: (abs(t[0] - onset), t[0]))
                 if chosen is None:
