@@ -1,16 +1,21 @@
 """dynalize: RL post-training of language models with GRPO against reward models, rubric
 rewards and Dynalize's evolving penalties.
 
-`dynalize.train(config, **overrides)` runs what `python -m dynalize.run` runs (dynalize/api.py).
+`dynalize.train(config, **overrides)` runs what `python -m dynalize.run` runs and
+`dynalize.export(run_dir, out)` what `python -m dynalize.export` does (dynalize/api.py). Errors
+to catch: `dynalize.ConfigError` (bad input: one line), `dynalize.RunStopped` (the run stopped
+itself after a checkpoint), `dynalize.HookError` (user code raised).
 """
 
 from typing import Any
 
-__all__ = ["RunConfig", "RunResult", "train"]
+from .errors import ConfigError, RunStopped
+
+__all__ = ["ConfigError", "HookError", "RunConfig", "RunResult", "RunStopped", "export", "train"]
 
 
 def __getattr__(name: str) -> Any:  # the API imports torch-backed parts: load it on first use
-    if name in ("train", "RunResult"):
+    if name in ("train", "export", "RunResult"):
         from . import api
 
         return getattr(api, name)
@@ -18,4 +23,8 @@ def __getattr__(name: str) -> Any:  # the API imports torch-backed parts: load i
         from .config import RunConfig
 
         return RunConfig
+    if name == "HookError":
+        from .hooks import HookError
+
+        return HookError
     raise AttributeError(f"module 'dynalize' has no attribute {name!r}")

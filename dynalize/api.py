@@ -17,9 +17,11 @@ such a run is continued with `dynalize.train(config, resume=RUN_DIR)` given the 
 and `python -m dynalize.run --resume` refuses it with one line. Data in memory is named with a
 fingerprint of its rows, so a resume given other rows is refused (`task` may not change).
 
-Errors are raised: `ConfigError` (bad input, an engine misconfigured or unreachable; before the
-run directory exists), `RunStopped` (the run stopped itself after a checkpoint), anything else
-from a part that failed. The CLI maps them to its exit codes.
+Errors are raised, each alone (never inside an exception group): `ConfigError` (bad input, an
+engine misconfigured or unreachable, a reward function's bad scores, naming it and the step),
+`RunStopped` (the run stopped itself after a checkpoint), `HookError` (user code raised: the
+function and the step; the original is its `__cause__`), anything else from a part that failed.
+The CLI maps them to its exit codes. `dynalize.export(run_dir, out)` is `python -m dynalize.export`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,8 @@ from rich.table import Table
 
 from .checkpoint import checkpoints, resume_from
 from .config import ConfigError, RunConfig, _set_dotted, dump_config, flatten, read_yaml, validate
+from .errors import RunStopped
+from .hooks import HookError, leaf_errors
 from .plugins import OBJECT_PREFIX, forget_objects, give_object, given_object, import_path, is_given
 from .resume import freeze_derived, resume_config, steps_problem
 from .runlog import RunDir, read_jsonl
@@ -234,9 +239,35 @@ def run(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
     if not process_state().is_main_process:
         follow(cfg)
         return RunResult(cfg.run_dir, cfg)
-    _sync(preflight, cfg)
-    history = _sync(anyio.run, train_async, cfg, resume, base, overwrite)
+    with one_error():
+        _sync(preflight, cfg)
+        history = _sync(anyio.run, train_async, cfg, resume, base, overwrite)
     return RunResult(cfg.run_dir, cfg, history, incomplete_measurements(cfg.run_dir))
+
+
+def export(run_dir: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False) -> Path:
+    """`python -m dynalize.export RUN --out OUT [--step N] [--overwrite]` from Python: the policy of
+    the run's newest intact checkpoint (or the one after `step` steps) written to `out` as a plain
+    transformers model directory; returns `out`. The command's rules hold: `out` must be new,
+    empty or (with `overwrite`) an earlier export, which is moved aside, never deleted; a run is
+    never replaced (ConfigError with one line otherwise)."""
+    from .export import export_policy
+
+    return export_policy(run_dir, out, step, overwrite)
+
+
+@contextmanager
+def one_error() -> Iterator[None]:
+    """The run's event loop wraps what its tasks raise in (nested) exception groups, which
+    `except ConfigError` misses: a group that holds one error (or only errors meant for the
+    user, the first of them) is raised as that error."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(leaf_errors(group))
+        if len(leaves) == 1 or (leaves and all(isinstance(e, (ConfigError, RunStopped, HookError)) for e in leaves)):
+            raise leaves[0] from leaves[0].__cause__
+        raise
 
 
 def _sync(fn: Callable[..., Any], *args: Any) -> Any:

@@ -31,6 +31,7 @@ from .penalties.lexical import LexicalProposer
 from .penalties.proposer import LLMProposer
 from .plugins import import_object
 from .rewards import PenaltyTerm, RewardTerm, RMTerm, RubricTerm
+from .rewards.functions import FunctionsTerm, RewardFunction, function_name
 from .rubrics.config import RubricJudgeConfig
 from .rubrics.criteria import Criterion, RubricError, rubric_from_meta
 from .rubrics.dropout import unmatched
@@ -260,9 +261,24 @@ def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
         terms.append(RMTerm(build_reward_model(cfg, task), task, owner))
     if cfg.rubric.enabled:
         terms.append(build_rubric_term(cfg, task))
+    if cfg.reward_funcs:
+        terms.append(build_functions_term(cfg, alone=not terms))
     if cfg.penalties.enabled:
         terms.append(build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed))
     return terms
+
+
+def build_functions_term(cfg: RunConfig, alone: bool = True) -> FunctionsTerm:
+    """The `reward_funcs` term: each entry imported (or the object given from Python), named by
+    its `__name__` as TRL names it, weighted by `reward_weights`."""
+    weights = cfg.reward_weights or [1.0] * len(cfg.reward_funcs)
+    functions = []
+    for path, weight in zip(cfg.reward_funcs, weights):
+        fn = import_object(path, "reward function (reward_funcs)")
+        if not callable(fn):
+            raise ConfigError(f"config error: reward_funcs: {path!r} is not a function")
+        functions.append(RewardFunction(function_name(fn), fn, weight))
+    return FunctionsTerm(functions, steps=cfg.steps, alone=alone)
 
 
 # --- reward-model training ----------------------------------------------------------------------
@@ -332,7 +348,7 @@ def _check_model_dir(key: str, path: str) -> None:
     if path.startswith(tiny.TINY_PREFIX):
         return
     if not Path(path).exists():
-        raise FileNotFoundError(f"{key} does not exist: {path}")
+        raise ConfigError(f"config error: {key} does not exist: {path}")
     if not (Path(path) / "config.json").is_file():
         raise ConfigError(f"config error: {key} {path} holds no model (no config.json; a directory "
                           f"written by save_pretrained is needed)")

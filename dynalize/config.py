@@ -128,8 +128,10 @@ class LossConfig(Section):
     gradient at all, dynalize's behaviour before this option) or `masked` (outside it only)."""
     clip_eps: float = Field(0.2, gt=0)
     """ppo_clip: clip the ratio to [1 − eps, 1 + eps]."""
-    std_normalize: bool = False
-    """Divide advantages by the group's reward std (off by default, as in Dr. GRPO / prime-rl)."""
+    std_normalize: bool | Literal["group", "batch"] = False
+    """Divide advantages by a reward std (off by default, as in Dr. GRPO / prime-rl): `true` or
+    `group`, the group's (TRL's `scale_rewards: group`, its default); `batch`, the whole batch's
+    (TRL's `scale_rewards: batch`); `false`, none (TRL's `none`). Advantages stay centred per group."""
 
     @field_validator("name")
     @classmethod
@@ -184,9 +186,10 @@ class TrainerConfig(Section):
     no padding. Null (default): `micro_batch_size` sequences padded to the longest. A sequence
     longer than the budget gets a micro-batch of its own."""
     disable_dropout: bool = True
-    """Zero every dropout probability of the policy (LoRA's included) before training, as TRL's
-    GRPOConfig does by default: with dropout on, two forward passes on the same tokens differ and
-    the importance ratio is not 1 on-policy. False keeps the model's dropout."""
+    """Zero every dropout probability of the policy (LoRA's included) before training (TRL's
+    GRPOConfig option of that name; TRL 1.16 defaults it to false): with dropout on, two forward
+    passes on the same tokens differ and the importance ratio is not 1 on-policy. False keeps the
+    model's dropout."""
     master_weights: Literal["float32", "policy"] = "float32"
     """The weights the optimizer updates: `float32` master weights, with forward and backward in
     `policy.dtype` under autocast (mixed precision); or `policy`: train in `policy.dtype` itself
@@ -263,6 +266,13 @@ class RunConfig(Section):
     policy: PolicyConfig = PolicyConfig()
     generator: GeneratorConfig = GeneratorConfig()
     reward_model: RewardModelConfig = RewardModelConfig()
+    reward_funcs: list[str] = []
+    """TRL-style reward functions (`module:function`, or from Python the functions themselves),
+    each called as TRL's GRPOTrainer calls it, with the row's columns as keyword arguments
+    (dynalize/rewards/functions.py); their weighted sum is the `reward_funcs` term, added to the RM
+    and the rubric term where those are on (`reward_model.enabled: false` for functions alone)."""
+    reward_weights: list[float] | None = None
+    """One weight per `reward_funcs` entry (None: 1 each), as TRL's `reward_weights`."""
     trainer: TrainerConfig = TrainerConfig()
     task: TaskConfig = TaskConfig()
     penalties: PenaltiesConfig = PenaltiesConfig()
@@ -288,8 +298,11 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _has_a_reward(self) -> "RunConfig":
-        if not (self.reward_model.enabled or self.rubric.enabled):
-            raise ValueError("the reward needs reward_model.enabled or rubric.enabled (or both)")
+        if not (self.reward_model.enabled or self.rubric.enabled or self.reward_funcs):
+            raise ValueError("the reward needs reward_model.enabled, rubric.enabled or reward_funcs (or several)")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {len(self.reward_funcs)} "
+                             f"reward_funcs: give one per function")
         return self
 
     @property

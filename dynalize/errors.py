@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .trl_names import trl_hint
+
 
 class ConfigError(ValueError):
     """Bad config or input: the message is one readable line (the CLI prints it and exits 2)."""
@@ -27,12 +29,15 @@ def describe(e: BaseException, limit: int = 300) -> str:
 def one_line(e: ValidationError, prefix: str = "config error", loc_prefix: str = "",
              model: type[BaseModel] | None = None) -> str:
     """`prefix: key.path: what is wrong` for the first error of a pydantic ValidationError; an unknown
-    key of `model` (the settings class validated) with a known one close to it says which."""
+    key that is a TRL GRPOConfig name says what it is in dynalize (dynalize.trl_names); another
+    unknown key of `model` (the settings class validated) with a known one close to it says which."""
     errors = e.errors()
     err = errors[0]
     loc = loc_prefix + ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden" and model is not None and (near := close_key(model, err["loc"])):
+    if err["type"] == "extra_forbidden" and (hint := trl_hint(str(err["loc"][-1]))):  # a TRL user's name
+        msg += f": {hint}"
+    elif err["type"] == "extra_forbidden" and model is not None and (near := close_key(model, err["loc"])):
         msg += f" (did you mean {near!r}?)"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{prefix}: {loc}: {msg}{more}"

@@ -26,9 +26,20 @@ def group_advantages(rewards: Tensor, std_normalize: bool = False, eps: float = 
     return centred
 
 
-def advantages(groups: list[list[float]], std_normalize: bool = False) -> list[list[float]]:
-    """`group_advantages` for groups of any sizes (after stale drops groups can differ)."""
-    return [group_advantages(torch.tensor([g], dtype=torch.float64), std_normalize)[0].tolist() for g in groups]
+StdScope = bool | Literal["group", "batch"]
+"""Which reward std divides advantages (`trainer.loss.std_normalize`): False none, True or
+"group" the group's, "batch" the whole batch's (TRL's `scale_rewards` none / group / batch)."""
+
+
+def advantages(groups: list[list[float]], std_normalize: StdScope = False, eps: float = 1e-6) -> list[list[float]]:
+    """`group_advantages` for groups of any sizes (after stale drops groups can differ); with
+    `std_normalize="batch"`, centred per group and divided by the std of every reward of the batch."""
+    if std_normalize == "batch":
+        flat = torch.tensor([r for g in groups for r in g], dtype=torch.float64)
+        std = float(flat.std()) if flat.numel() > 1 else 0.0
+        return [[a / (std + eps) for a in g] for g in advantages(groups, False)]
+    group = std_normalize is True or std_normalize == "group"
+    return [group_advantages(torch.tensor([g], dtype=torch.float64), group, eps)[0].tolist() for g in groups]
 
 
 KLMask = Literal["all", "unmasked", "masked"]

@@ -71,10 +71,11 @@ def user_code(owner: str, hook: str) -> Iterator[None]:
         raise HookError(owner, hook, e.with_traceback(tb)) from e
 
 
-def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
+def leaf_errors(group: BaseExceptionGroup) -> Iterator[BaseException]:
+    """The errors inside `group` and the groups nested in it."""
     for e in group.exceptions:
         if isinstance(e, BaseExceptionGroup):
-            yield from _leaves(e)
+            yield from leaf_errors(e)
         else:
             yield e
 
@@ -86,7 +87,7 @@ def unwrap_hook_errors() -> Iterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
+        leaves = list(leaf_errors(group))
         if not leaves or not all(isinstance(e, HookError) for e in leaves):
             raise
         raise leaves[0] from leaves[0].error

@@ -87,7 +87,7 @@ class PhaseTimer:
         return {f"time/{k}": v for k, v in self.seconds.items()}
 
 
-def set_advantages(batch: Batch, std_normalize: bool) -> None:
+def set_advantages(batch: Batch, std_normalize: grpo.StdScope) -> None:
     """Each rollout's advantage: its reward against its group's (dynalize.grpo)."""
     adv = grpo.advantages([[r.reward for r in g] for g in batch.groups], std_normalize)
     for g, a in zip(batch.groups, adv):

@@ -14,6 +14,8 @@ simulated users, checkpoint/eval cadence, trackers, failure limits.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .config import ConfigError, RunConfig, flatten
 
 RESUME_LOCKED = ("seed", "batch_size", "group_size", "policy", "task", "reward_model",
@@ -37,11 +39,51 @@ def is_locked(key: str) -> bool:
 
 def freeze_derived(cfg: RunConfig) -> RunConfig:
     """`cfg` with the defaults that derive from other settings resolved, as a run's first start
-    stores them: an annealed Rubric Dropout's `anneal_steps` (None: this `steps`)."""
+    stores them: an annealed Rubric Dropout's `anneal_steps` (None: this `steps`), and the task
+    settings its Args class names in `frozen_defaults` (e.g. a prompt `template`), so that a
+    later change of a default never changes a saved run."""
     dropout = cfg.rubric.dropout
     if dropout.schedule != "constant" and dropout.anneal_steps is None:
         cfg = cfg.model_copy(deep=True)
         cfg.rubric.dropout.anneal_steps = cfg.steps
+    return frozen_task_defaults(cfg)
+
+
+def frozen_task_defaults(cfg: RunConfig) -> RunConfig:
+    """`cfg` with the task settings its Args class names in `frozen_defaults` set (their defaults
+    where the config gives none)."""
+    args = task_args_class(cfg)
+    if missing := [k for k in getattr(args, "frozen_defaults", ()) if k not in cfg.task.args]:
+        cfg = cfg.model_copy(deep=True)
+        cfg.task.args.update({k: args.model_fields[k].default for k in missing})
+    return cfg
+
+
+def task_args_class(cfg: RunConfig) -> Any:
+    """The settings class of the task `cfg` names (None when it does not resolve, or the task is an
+    instance given from Python, which takes no `task.args`)."""
+    from .plugins import OBJECT_PREFIX, import_object
+    from .tasks.base import task_class
+
+    try:
+        if cfg.task.name.startswith(OBJECT_PREFIX) and not isinstance(import_object(cfg.task.name, "task"), type):
+            return None
+        return task_class(cfg.task.name).Args
+    except ConfigError:
+        return None
+
+
+def with_old_defaults(cfg: RunConfig, saved: RunConfig) -> RunConfig:
+    """`cfg` with the task settings the saved run's config.yaml lacks set to the defaults of the
+    time before they were frozen (the task's Args `defaults_before_frozen`): a run saved then
+    resumes as it started."""
+    args = task_args_class(saved)
+    old = {k: v for k, v in getattr(args, "defaults_before_frozen", {}).items()
+           if k not in saved.task.args and k not in cfg.task.args}
+    if not old:
+        return cfg
+    cfg = cfg.model_copy(deep=True)
+    cfg.task.args.update(old)
     return cfg
 
 
@@ -60,10 +102,12 @@ def resume_config(saved: RunConfig, new: RunConfig) -> RunConfig:
     file), its derived defaults taken from the run's first start (a run from before they were
     frozen: derived from the saved `steps`), checked against `saved`; ConfigError naming a change
     to a locked setting."""
+    saved, new = with_old_defaults(saved, saved), with_old_defaults(new, saved)
     saved = freeze_derived(saved)
     if new.rubric.dropout.anneal_steps is None and saved.rubric.dropout.anneal_steps is not None:
         new = new.model_copy(deep=True)
         new.rubric.dropout.anneal_steps = saved.rubric.dropout.anneal_steps
+    new = frozen_task_defaults(new)
     if problem := resume_conflict(saved, new):
         raise ConfigError(problem)
     return new

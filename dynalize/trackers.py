@@ -5,7 +5,8 @@ number of each metrics.jsonl line at its step (nested ones flattened: `staleness
 evaluation before training); the reward terms' events (penalties added, retired, revived) as a
 table that grows as they come; and a small table of sample rollouts (prompt, reply, then the RM
 score, the penalties triggered, the rubric scores masked and full with the kept criteria met and
-the dropped ones, each only where the run has that term, and the reward) every `eval_every` steps
+the dropped ones, each reward function's score, each only where the run has that term, and the
+reward) every `eval_every` steps
 and at the last step.
 
 Accelerate's tracker classes start each library, store the config and log the numbers. Tables go
@@ -59,12 +60,15 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
 
 def sample_columns(rollouts: list[dict[str, Any]]) -> list[str]:
     """The sample table's columns for a step's rollout lines: `rm` only with an RM, the triggered
-    penalties only with the penalty term, the rubric columns only with the rubric term."""
+    penalties only with the penalty term, the rubric columns only with the rubric term, one
+    `rewards/<name>` column per reward function (`reward_funcs`) before the reward."""
     has = {"rm": any("rm" in (r.get("scores") or {}) for r in rollouts),
            "penalties triggered": any("verdicts" in r for r in rollouts)}
     rubric = any("rubric_verdicts" in r for r in rollouts)
     has.update(dict.fromkeys(("rubric (masked)", "rubric (full)", "criteria met", "dropped"), rubric))
-    return [c for c in SAMPLE_COLUMNS if has.get(c, True)]
+    columns = [c for c in SAMPLE_COLUMNS if has.get(c, True)]
+    functions = list(dict.fromkeys(k for r in rollouts for k in r.get("rewards") or {}))  # reward_funcs, by name
+    return [*columns[:-1], *(f"rewards/{name}" for name in functions), columns[-1]]
 
 
 def _cell(r: dict[str, Any], column: str, step: int) -> Any:
@@ -88,6 +92,8 @@ def _cell(r: dict[str, Any], column: str, step: int) -> Any:
                          f"{sum(k not in dropped for k in verdicts)}" for verdicts in r.get("rubric_verdicts") or [])
     if column == "dropped":
         return ", ".join(r.get("rubric_dropped") or ())
+    if column.startswith("rewards/"):  # one reward function's score (None: it did not apply)
+        return (r.get("rewards") or {}).get(column.removeprefix("rewards/"))
     return r.get(column)
 
 

@@ -90,7 +90,8 @@ def rollout_view(row: dict[str, Any], regexes: dict[str, SafeRegex], unusable: d
             "turns": shown, "rm": _num(scores.get("rm", row.get("rm_score"))), "reward": _num(row.get("reward")),
             "advantage": _num(row.get("advantage")), "verdicts": {k: bool(v) for k, v in (row.get("verdicts") or {}).items()},
             "failed": [str(x) for x in row.get("judge_failed") or []], "left_out": bool(row.get("left_out")),
-            "rubric": rollout_rubric(row, texts or {})}
+            "rubric": rollout_rubric(row, texts or {}),
+            "rewards": {str(k): _num(v) for k, v in (row.get("rewards") or {}).items()}}  # reward_funcs, raw
 
 
 def _num(v: Any) -> float | None:

@@ -63,6 +63,7 @@
     head.appendChild(el("span", "pid", r.id + " · group " + r.group + " · policy v" + r.version));
     head.appendChild(el("span", "score", "reward " + fmt(r.reward) + (run.has_rm ? " · RM " + fmt(r.rm) : "") +
                         (r.rubric ? " · rubric " + fmt(r.rubric.masked) + " masked, " + fmt(r.rubric.full) + " full" : "") +
+                        Object.entries(r.rewards || {}).map(([name, v]) => " · " + name + " " + fmt(v)).join("") +
                         " · advantage " + fmt(r.advantage, true)));
     c.appendChild(head);
     const badges = el("div", "badges");

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from ..backends.base import EngineError, RewardModel, RMInput
+from ..errors import ConfigError
 from ..hooks import optional, owner_name, user_code
 from ..tasks.base import Task
 from ..types import Batch, Prompt, Rollout
@@ -46,10 +47,14 @@ class RMTerm(RewardTerm):
                 owners.append(i)
                 inputs.append(x)
                 prompts.append(prompt)
-        with user_code(self.owner, "score"):  # a reward function's own errors are ConfigErrors: one line
-            scores = await self.reward_model.score(inputs, **optional(self.reward_model.score, prompts=prompts))
-            if len(scores) != len(inputs):
-                raise EngineError(f"returned {len(scores)} scores for {len(inputs)} replies")
+        batch_of = f"the batch of step {batch.step + 1}"  # batch k is step k + 1, as every output counts
+        try:
+            with user_code(f"{self.owner} ({batch_of})", "score"):  # a reward function's own errors: one line
+                scores = await self.reward_model.score(inputs, **optional(self.reward_model.score, prompts=prompts))
+                if len(scores) != len(inputs):
+                    raise EngineError(f"returned {len(scores)} scores for {len(inputs)} replies")
+        except ConfigError as e:  # e.g. a reward function's scores that are not finite numbers
+            raise ConfigError(f"{e} ({batch_of})") from None
         per: list[list[float]] = [[] for _ in rollouts]
         for i, s in zip(owners, scores):
             per[i].append(float(s))

@@ -80,6 +80,7 @@ BUILTIN_TASKS = {
     "sandbox": "dynalize.tasks.sandbox:SandboxTask",
     "sandbox_multiturn": "dynalize.tasks.sandbox.multiturn:SandboxMultiturnTask",
     "creative_writing": "dynalize.tasks.creative_writing:CreativeWritingTask",
+    "prompts": "dynalize.tasks.prompts:PromptsTask",
     "counseling": "dynalize.tasks.counseling:CounselingTask",
     "counseling_multiturn": "dynalize.tasks.counseling:CounselingMultiturnTask",
     "rubric": "dynalize.tasks.rubric:RubricTask",

@@ -8,6 +8,7 @@ RM reads only the story (a `str`: no prompt, no chat template), as LitBench's ve
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
 
 from pydantic import field_validator
 
@@ -17,13 +18,25 @@ from .data import DataArgs, load_splits, read_rows, short_hash
 from .text import length_metrics, split_reasoning_tags
 
 
+STORY_TEMPLATE = "Write a story based on this writing prompt.\n\n{prompt}"
+"""The LitBench instruction configs/creative_writing.yaml wraps each writing prompt in (the
+task's default before `template` defaulted to the prompt as written)."""
+
+
 class CreativeWritingArgs(DataArgs):
     """Settings of the creative-writing task (`task.args`)."""
 
+    frozen_defaults: ClassVar[tuple[str, ...]] = ("template",)
+    """Written into a run's config.yaml at its first start (dynalize.resume.freeze_derived)."""
+    defaults_before_frozen: ClassVar[dict[str, Any]] = {"template": STORY_TEMPLATE}
+    """What a run saved without `template` (before it was frozen) started with."""
+
     prompt_field: str = "prompt"
     """The column holding the writing prompt."""
-    template: str = "Write a story based on this writing prompt.\n\n{prompt}"
-    """The user message; `{prompt}` is replaced by the writing prompt."""
+    template: str = "{prompt}"
+    """The user message; `{prompt}` is replaced by the writing prompt (default: the prompt as
+    written; configs/creative_writing.yaml sets `STORY_TEMPLATE`). Stored in the run's config.yaml
+    at its first start, so a resume keeps it."""
     system_prompt: str | None = None
     """A system message before the user message (None = none)."""
     reasoning_tags: tuple[str, str] | None = ("<think>", "</think>")

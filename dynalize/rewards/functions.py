@@ -1,0 +1,169 @@
+"""TRL-style reward functions as one reward term (`reward_funcs`, weighted by `reward_weights`).
+
+Each function is called as TRL's `GRPOTrainer` calls it, once per batch, one entry per rollout:
+
+    f(prompts=[...], completions=[...], completion_ids=[...], **columns, trainer_state=state,
+      log_extra=..., log_metric=...)
+
+`prompts` are the dataset's prompts as the rows gave them (a string, or for conversational data
+a list of `{"role", "content"}` messages); `completions` the policy's replies (a string, or for
+conversational data `[{"role": "assistant", "content": reply}]`, every turn after the prompt in a
+multi-turn rollout); `columns` every other column of the row (`answer`, `solution`, a test
+case), one value per rollout. A function that takes no `**kwargs` gets only the arguments it
+names. It returns one number per rollout, or None where it does not apply (TRL's convention).
+
+The term's value is the weighted sum over the functions that gave a number (TRL's NaN-aware sum:
+a None adds nothing); a rollout every function left out (and no other term scores) is unscored,
+so its group is left out of the update (docs/reliability.md). Each function's raw scores are
+recorded per rollout (`rewards: {name: score or null}`) and as metrics `rewards/<name>/mean` and
+`rewards/<name>/std` (over the rollouts it scored; std with Bessel's correction, as TRL).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..hooks import HookError
+from ..types import Batch, Rollout
+from .base import RewardTerm, TermScores
+
+TRL_FIXED = ("prompt", "completion", "completion_ids")
+"""Row columns TRL does not pass on as keyword arguments (the prompt and completion come as
+`prompts` and `completions`)."""
+
+
+@dataclass
+class TrainerState:
+    """What TRL's `trainer_state` offers a reward that shapes itself by progress: steps done and planned."""
+
+    global_step: int
+    max_steps: int
+
+
+@dataclass
+class RewardFunction:
+    """One reward function of `reward_funcs`: its name (TRL's: the function's `__name__`), the
+    function and its weight."""
+
+    name: str
+    fn: Callable[..., Any]
+    weight: float = 1.0
+
+
+def function_name(fn: Any) -> str:
+    """The name TRL logs a reward function under: its `__name__` (a callable object: its class's)."""
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def trl_inputs(rollouts: list[Rollout]) -> dict[str, list[Any]]:
+    """The batch as TRL's reward functions read it: prompts, completions, completion ids and the
+    rows' other columns (a row missing a column gives None)."""
+    prompts, completions = [], []
+    for r in rollouts:
+        prompt = r.meta.get("prompt", [m.to_dict() for m in r.messages])
+        prompts.append(prompt)
+        if isinstance(prompt, str):
+            completions.append(r.text)
+        else:
+            completions.append([m.to_dict() for m in r.turns])
+    out: dict[str, list[Any]] = {"prompts": prompts, "completions": completions,
+                                 "completion_ids": [list(r.completion_ids) for r in rollouts]}
+    names: list[str] = []
+    for r in rollouts:
+        names += [k for k in r.meta.get("columns") or {} if k not in names and k not in TRL_FIXED]
+    for k in names:
+        out[k] = [(r.meta.get("columns") or {}).get(k) for r in rollouts]
+    return out
+
+
+def _call_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """All of `kwargs` for a function with `**kwargs` (as TRL's are), else the ones it names."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return kwargs
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in kwargs.items() if k in named}
+
+
+def checked_scores(name: str, raw: Any, n: int, step: int) -> list[float | None]:
+    """`raw` as one finite number or None per rollout, or a ConfigError naming the function and step."""
+    where = f"reward function {name!r} at step {step}"
+    try:
+        scores = [None if s is None else float(s) for s in raw]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must return a list of numbers (None where it does not apply), "
+                          f"got {type(raw).__name__}") from None
+    if len(scores) != n:
+        raise ConfigError(f"{where} returned {len(scores)} scores for {n} completions (one per completion)")
+    if bad := next((s for s in scores if s is not None and not math.isfinite(s)), None):
+        raise ConfigError(f"{where} returned {bad}, not a finite number (return None where it does not apply)")
+    return scores
+
+
+class FunctionsTerm(RewardTerm):
+    """`scores["reward_funcs"]`: Σ weight · f(...) over the functions that scored the rollout.
+
+    `alone`: no other term scores the run, so a rollout no function scored has no reward at all
+    (unscored); with an RM or the rubric term beside it, it keeps theirs. `steps`: the run's
+    length, TRL's `trainer_state.max_steps`.
+    """
+
+    name = "reward_funcs"
+
+    def __init__(self, functions: list[RewardFunction], *, steps: int, alone: bool = True):
+        names = [f.name for f in functions]
+        if dup := next((n for n in names if names.count(n) > 1), None):
+            raise ConfigError(f"config error: reward_funcs: two reward functions are named {dup!r} (metrics and "
+                              f"rollouts name each function by its __name__): rename one")
+        self.functions, self.steps, self.alone = functions, steps, alone
+        self._metrics: dict[str, float] = {}
+
+    async def score(self, batch: Batch) -> TermScores:
+        rollouts = batch.rollouts
+        step = batch.step + 1  # batch k is step k + 1, as every output counts
+        metrics: dict[str, float] = {}
+        extra: dict[str, list[Any]] = {}
+        base = {**trl_inputs(rollouts), "trainer_state": TrainerState(batch.step, self.steps),
+                "log_extra": lambda column, values: extra.setdefault(str(column), []).extend(values),
+                "log_metric": lambda key, value: metrics.__setitem__(str(key), float(value))}
+        per: dict[str, list[float | None]] = {}
+        for f in self.functions:
+            per[f.name] = checked_scores(f.name, await self._call(f, base, step), len(rollouts), step)
+        values, info, unscored = [], [], []
+        for i in range(len(rollouts)):
+            got = [(f.weight, per[f.name][i]) for f in self.functions if per[f.name][i] is not None]
+            values.append(math.fsum(w * s for w, s in got))
+            unscored.append(self.alone and not got)
+            info.append({"rewards": {f.name: per[f.name][i] for f in self.functions},
+                         **({"reward_extra": {k: v[i] for k, v in extra.items() if i < len(v)}} if extra else {})})
+        for f in self.functions:
+            given = [s for s in per[f.name] if s is not None]
+            if given:
+                metrics[f"rewards/{f.name}/mean"] = statistics.fmean(given)
+                metrics[f"rewards/{f.name}/std"] = statistics.stdev(given) if len(given) > 1 else 0.0
+            metrics[f"rewards/{f.name}/none_frac"] = 1 - len(given) / len(rollouts) if rollouts else 0.0
+        self._metrics = metrics
+        return TermScores(values, info, unscored=unscored if any(unscored) else None)
+
+    async def _call(self, f: RewardFunction, base: dict[str, Any], step: int) -> Any:
+        """`f.fn` called as TRL calls it (awaited when it is a coroutine function); its errors named."""
+        try:
+            out = f.fn(**_call_kwargs(f.fn, base))
+            return await out if inspect.isawaitable(out) else out
+        except (ConfigError, HookError):
+            raise
+        except Exception as e:
+            raise HookError(f"reward function {f.name!r} (the batch of step {step})", "score", e) from e
+
+    def metrics(self) -> dict[str, float]:
+        out, self._metrics = self._metrics, {}
+        return out
