@@ -2,7 +2,8 @@
 rewards and Dynalize's evolving penalties.
 
 `dynalize.train(config, **overrides)` runs what `python -m dynalize.run` runs and
-`dynalize.export(run_dir, out)` what `python -m dynalize.export` does (dynalize/api.py). Errors
+`dynalize.export(run_dir, out)` what `python -m dynalize.export` does (dynalize/api.py,
+dynalize/export.py). Errors
 to catch: `dynalize.ConfigError` (bad input: one line), `dynalize.RunStopped` (the run stopped
 itself after a checkpoint), `dynalize.HookError` (user code raised).
 """
@@ -15,10 +16,14 @@ __all__ = ["ConfigError", "HookError", "RunConfig", "RunResult", "RunStopped", "
 
 
 def __getattr__(name: str) -> Any:  # the API imports torch-backed parts: load it on first use
-    if name in ("train", "export", "RunResult"):
+    if name in ("train", "RunResult"):
         from . import api
 
         return getattr(api, name)
+    if name == "export":  # the module dynalize/export.py, callable as its `export` function
+        import importlib
+
+        return importlib.import_module(f"{__name__}.export")
     if name == "RunConfig":
         from .config import RunConfig
 

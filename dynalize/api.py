@@ -21,7 +21,8 @@ Errors are raised, each alone (never inside an exception group): `ConfigError` (
 engine misconfigured or unreachable, a reward function's bad scores, naming it and the step),
 `RunStopped` (the run stopped itself after a checkpoint), `HookError` (user code raised: the
 function and the step; the original is its `__cause__`), anything else from a part that failed.
-The CLI maps them to its exit codes. `dynalize.export(run_dir, out)` is `python -m dynalize.export`.
+The CLI maps them to its exit codes. `dynalize.export(run_dir, out)` is `python -m dynalize.export`
+(dynalize/export.py).
 """
 
 from __future__ import annotations
@@ -243,17 +244,6 @@ def run(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False,
         _sync(preflight, cfg)
         history = _sync(anyio.run, train_async, cfg, resume, base, overwrite)
     return RunResult(cfg.run_dir, cfg, history, incomplete_measurements(cfg.run_dir))
-
-
-def export(run_dir: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False) -> Path:
-    """`python -m dynalize.export RUN --out OUT [--step N] [--overwrite]` from Python: the policy of
-    the run's newest intact checkpoint (or the one after `step` steps) written to `out` as a plain
-    transformers model directory; returns `out`. The command's rules hold: `out` must be new,
-    empty or (with `overwrite`) an earlier export, which is moved aside, never deleted; a run is
-    never replaced (ConfigError with one line otherwise)."""
-    from .export import export_policy
-
-    return export_policy(run_dir, out, step, overwrite)
 
 
 @contextmanager

@@ -20,6 +20,7 @@ Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damag
 from __future__ import annotations
 
 import argparse
+import types
 import json
 import shutil
 import sys
@@ -171,6 +172,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"exported {out}: load it with AutoModelForCausalLM.from_pretrained({str(out)!r}) or `vllm serve {out}`")
     return 0
 
+
+def export(run_dir: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False) -> Path:
+    """`python -m dynalize.export RUN --out OUT [--step N] [--overwrite]` from Python, as
+    `dynalize.export(run_dir, out)`: the same rules (`out` new, empty, or with `overwrite` an
+    earlier export, moved aside; a run never replaced; ConfigError with one line otherwise);
+    returns `out`."""
+    return export_policy(run_dir, out, step, overwrite)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as `export`: importing `dynalize.export` makes the package's
+    attribute `export` this module, so `dynalize.export(run_dir, out)` must work on it too."""
+
+    def __call__(self, run_dir: str | Path, out: str | Path, *, step: int | None = None,
+                 overwrite: bool = False) -> Path:
+        return export(run_dir, out, step=step, overwrite=overwrite)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())
