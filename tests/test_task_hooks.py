@@ -212,7 +212,7 @@ def test_failures_while_scoring_and_evaluating_name_their_hook(tmp_path, tok):
     groups = anyio.run(sample_groups, numbered(tok), tok, task, task.prompts("train"), 2, sampling())
     with pytest.raises(HookError, match=r"^rm_input of task test_task_hooks:FailingRMInput raised KeyError: 'answer'$"):
         anyio.run(score_batch, [RMTerm(VowelRM(), task)], Batch(0, groups))
-    with pytest.raises(HookError, match=r"^score of reward model test_task_hooks:ShortRM raised EngineError: "
+    with pytest.raises(HookError, match=r"^score of reward model test_task_hooks:ShortRM \(the batch of step 1\) raised EngineError: "
                                         r"returned 1 scores for 4 replies$"):
         anyio.run(score_batch, [RMTerm(ShortRM(), PersonaTask(TaskArgs()))], Batch(0, groups))
     with pytest.raises(HookError, match=r"^evaluate of task test_task_hooks:BadMetrics raised TypeError: returned "

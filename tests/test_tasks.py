@@ -60,7 +60,7 @@ def test_creative_writing_dedupes_prompts_with_stable_ids(tmp_path):
                                                          "[WP] Snow in June.", "[WP] A map of your house."]
     assert [p.meta["pairs"] for p in train] == [2, 2, 1, 1]
     assert train[0].id == "cw-" + hashlib.sha256(b"[WP] A door in the sea.").hexdigest()[:12]
-    assert train[1].messages == [Message("user", "Write a story based on this writing prompt.\n\n[WP] The last bus.")]
+    assert train[1].messages == [Message("user", "[WP] The last bus.")]  # as written: no template asked for
     assert task.prompts("eval") == []
 
 
