@@ -223,7 +223,17 @@ def test_the_from_trl_example_trains_the_trl_scripts_pieces_unchanged(tmp_path):
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["reward_funcs"] == ["trl_script:accuracy_reward", "trl_script:format_reward"]
     assert saved["reward_weights"] == [1.0, 0.5]
+    assert saved["task"]["args"]["template"] == "{prompt}"  # stored at the first start: a resume keeps it
     line = read_jsonl(sorted((run / "rollouts").glob("step_*.jsonl"))[0])[0]
     assert set(line["rewards"]) == {"accuracy_reward", "format_reward"}
     assert (tmp_path / "runs" / "from-trl-policy" / "config.json").is_file()
     assert not math.isnan(metrics[-1]["reward/mean"])
+
+
+def test_docs_from_trl_lists_every_trl_name_dynalize_answers_and_the_readme_links_it():
+    from dynalize.trl_names import TRL_NAMES
+
+    doc = (REPO / "docs" / "from_trl.md").read_text(encoding="utf-8")
+    table = [line for line in doc.splitlines() if line.startswith("| `")]
+    assert [name for name in TRL_NAMES if not any(f"`{name}`" in line.split(" | ")[0] for line in table)] == []
+    assert "(docs/from_trl.md)" in (REPO / "README.md").read_text(encoding="utf-8")
