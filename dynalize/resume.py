@@ -18,14 +18,14 @@ from typing import Any
 
 from .config import ConfigError, RunConfig, flatten
 
-RESUME_LOCKED = ("seed", "batch_size", "group_size", "policy", "task", "reward_model",
+RESUME_LOCKED = ("seed", "batch_size", "group_size", "policy", "task", "reward_model", "reward_funcs", "reward_weights",
                  "penalties.enabled", "penalties.lam",
                  "rubric.enabled", "rubric.coef", "rubric.dropout", "rubric.reweight", "rubric.judge_dropped",
                  "rubric.judge.engine", "rubric.judge.predicate", "rubric.judge.prompt")
 """Settings a resume may not change (a key and everything under it): what is trained, on which
 prompts, in which batch shape, for which reward (the RM and its input length, the penalty weight,
 the rubric term's coefficient, Rubric Dropout's masks and schedule, POW3R reweighting, what the
-rubric judge is asked)."""
+rubric judge is asked, the reward functions and their weights)."""
 
 RESUME_FREE = ("reward_model.batch_size",)
 """Keys under `RESUME_LOCKED` that only change speed, not results."""

@@ -125,10 +125,28 @@ def test_a_bad_score_reaches_the_caller_as_one_config_error_naming_function_and_
     assert type(caught.value) is not BaseExceptionGroup and message in str(caught.value)
 
 
-def test_a_python_rm_returning_nan_is_one_config_error_not_an_exception_group(tmp_path):
+@pytest.mark.parametrize(("reward", "message"), [
+    (trlrewards.rm_nan, "not a finite number"), (trlrewards.rm_inf, "not a finite number"),
+    (trlrewards.rm_short, "returned 7 scores for 8 texts")])
+def test_a_python_rm_with_bad_scores_is_one_config_error_not_an_exception_group(tmp_path, reward, message):
     with pytest.raises(dynalize.ConfigError) as caught:
-        dynalize.train(tiny(tmp_path, reward_model={"engine": "python", "path": trlrewards.rm_nan}))
-    assert "not a finite number" in str(caught.value) and "step 1" in str(caught.value)
+        dynalize.train(tiny(tmp_path, reward_model={"engine": "python", "path": reward}))
+    assert message in str(caught.value) and "(the batch of step 1)" in str(caught.value)
+    assert f"reward function 'trlrewards:{reward.__name__}'" in str(caught.value)
+
+
+def test_reward_functions_add_to_the_rm_and_a_resume_may_not_change_them(tmp_path):
+    from dynalize.build import build_reward_terms
+
+    cfg = validate(tiny(tmp_path, reward_model={"engine": "python", "path": "trlrewards:rm_nan"},
+                        reward_funcs=["trlrewards:graded"], task={"name": "prompts", "args": {
+                            "train_file": tiny_rows(tmp_path, ROWS), "eval_fraction": 0}}))
+    terms = build_reward_terms(cfg, build_task("prompts", cfg.task.args, 0))
+    assert [t.name for t in terms] == ["rm", "reward_funcs"] and terms[1].alone is False
+    with pytest.raises(_ConfigError, match="cannot change reward_weights"):
+        resume_config(cfg, cfg.model_copy(update={"reward_weights": [2.0]}))
+    with pytest.raises(_ConfigError, match="reward_weights has 2 weights for 1 reward_funcs"):
+        validate(tiny(tmp_path, reward_funcs=["trlrewards:graded"], reward_weights=[1, 2]))
 
 
 def test_a_reward_function_that_raises_is_one_hook_error_from_python_and_one_line_from_the_cli(tmp_path, capsys):

@@ -32,3 +32,11 @@ def raising_reward(completions, **kwargs):
 def rm_nan(replies):
     """A reward_model.engine=python function (dynalize's own convention) returning NaN."""
     return [float("nan")] * len(replies)
+
+
+def rm_inf(replies):
+    return [float("inf")] * len(replies)
+
+
+def rm_short(replies):
+    return [0.0] * (len(replies) - 1)
