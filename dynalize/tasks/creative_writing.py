@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import field_validator
-
 from ..types import Message, Prompt
 from .base import Split, Task
-from .data import DataArgs, load_splits, read_rows, short_hash
-from .text import length_metrics, split_reasoning_tags
+from .data import load_splits, read_rows, short_hash
+from .text import TemplatedArgs, length_metrics, split_reasoning_tags
 
 
 STORY_TEMPLATE = "Write a story based on this writing prompt.\n\n{prompt}"
@@ -23,31 +21,15 @@ STORY_TEMPLATE = "Write a story based on this writing prompt.\n\n{prompt}"
 task's default before `template` defaulted to the prompt as written)."""
 
 
-class CreativeWritingArgs(DataArgs):
-    """Settings of the creative-writing task (`task.args`)."""
+class CreativeWritingArgs(TemplatedArgs):
+    """Settings of the creative-writing task (`task.args`): `prompt_field` holds the writing prompt;
+    `template` defaults to it as written (configs/creative_writing.yaml sets `STORY_TEMPLATE`)."""
 
-    frozen_defaults: ClassVar[tuple[str, ...]] = ("template",)
-    """Written into a run's config.yaml at its first start (dynalize.resume.freeze_derived)."""
     defaults_before_frozen: ClassVar[dict[str, Any]] = {"template": STORY_TEMPLATE}
     """What a run saved without `template` (before it was frozen) started with."""
 
-    prompt_field: str = "prompt"
-    """The column holding the writing prompt."""
-    template: str = "{prompt}"
-    """The user message; `{prompt}` is replaced by the writing prompt (default: the prompt as
-    written; configs/creative_writing.yaml sets `STORY_TEMPLATE`). Stored in the run's config.yaml
-    at its first start, so a resume keeps it."""
-    system_prompt: str | None = None
-    """A system message before the user message (None = none)."""
     reasoning_tags: tuple[str, str] | None = ("<think>", "</think>")
     """Opening and closing delimiters of a reasoning block in replies (None = no reasoning)."""
-
-    @field_validator("template")
-    @classmethod
-    def _has_slot(cls, v: str) -> str:
-        if "{prompt}" not in v:
-            raise ValueError("template must contain {prompt}")
-        return v
 
 
 class CreativeWritingTask(Task):
@@ -72,10 +54,7 @@ class CreativeWritingTask(Task):
 
     def prompt(self, text: str, pairs: int = 1) -> Prompt:
         """The Prompt for one writing prompt (`pairs`: rows it appeared in)."""
-        messages = [Message("user", self.args.template.replace("{prompt}", text))]
-        if self.args.system_prompt:
-            messages.insert(0, Message("system", self.args.system_prompt))
-        return Prompt(f"cw-{short_hash(text)}", messages, meta={"writing_prompt": text, "pairs": pairs})
+        return Prompt(f"cw-{short_hash(text)}", self.args.messages(text), meta={"writing_prompt": text, "pairs": pairs})
 
     def prompts(self, split: Split) -> list[Prompt]:
         return list(self._prompts[split])

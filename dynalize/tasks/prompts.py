@@ -12,37 +12,19 @@ Rows are not deduplicated: two rows with one prompt and two answers are two prom
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
-
-from pydantic import field_validator
+from typing import Any
 
 from ..types import Message, Prompt, as_messages
 from .base import Split, Task
-from .data import DataArgs, Row, load_splits, read_rows, short_hash
+from .data import Row, load_splits, read_rows, short_hash
+from .text import TemplatedArgs
 
 ROLES = ("system", "user", "assistant")
 
 
-class PromptsArgs(DataArgs):
-    """Settings of the `prompts` task (`task.args`)."""
-
-    frozen_defaults: ClassVar[tuple[str, ...]] = ("template",)
-    """Written into a run's config.yaml at its first start (dynalize.resume.freeze_derived)."""
-
-    prompt_field: str = "prompt"
-    """The column holding the prompt: a string, or a list of {role, content} messages."""
-    template: str = "{prompt}"
-    """The user message for a string prompt; `{prompt}` is replaced by it (default: as written).
-    Conversational prompts are used as written."""
-    system_prompt: str | None = None
-    """A system message before a string prompt's user message (None = none)."""
-
-    @field_validator("template")
-    @classmethod
-    def _has_slot(cls, v: str) -> str:
-        if "{prompt}" not in v:
-            raise ValueError("template must contain {prompt}")
-        return v
+class PromptsArgs(TemplatedArgs):
+    """Settings of the `prompts` task (`task.args`): `prompt_field` holds a string or a list of
+    {role, content} messages; `template` and `system_prompt` apply to string prompts alone."""
 
 
 class PromptsTask(Task):
@@ -72,10 +54,7 @@ class PromptsTask(Task):
     def messages(self, row: Row, raw: Any) -> list[Message]:
         """The conversation of a row's prompt: a string through `template`, messages as they are."""
         if isinstance(raw, str):
-            messages = [Message("user", self.args.template.replace("{prompt}", raw))]
-            if self.args.system_prompt:
-                messages.insert(0, Message("system", self.args.system_prompt))
-            return messages
+            return self.args.messages(raw)
         if not (isinstance(raw, list) and raw and all(
                 isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in raw)):
             raise row.fail(f"field {self.args.prompt_field!r} must be a string or a list of "

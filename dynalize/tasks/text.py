@@ -1,8 +1,42 @@
-"""Text helpers shared by tasks: reasoning blocks and reply-length metrics."""
+"""Text helpers shared by tasks: prompt templates, reasoning blocks and reply-length metrics."""
 
 from __future__ import annotations
 
 import statistics
+from typing import ClassVar
+
+from pydantic import field_validator
+
+from ..types import Message
+from .data import DataArgs
+
+
+class TemplatedArgs(DataArgs):
+    """Settings of a task whose rows hold a prompt's text: the column, and how it becomes the
+    user message (as written by default: no hidden instruction is added to a user's rows)."""
+
+    frozen_defaults: ClassVar[tuple[str, ...]] = ("template",)
+    """Written into a run's config.yaml at its first start (dynalize.resume.freeze_derived), so a
+    later change of the default never changes a saved run."""
+
+    prompt_field: str = "prompt"
+    """The column holding the prompt."""
+    template: str = "{prompt}"
+    """The user message; `{prompt}` is replaced by the row's prompt (default: as written)."""
+    system_prompt: str | None = None
+    """A system message before the user message (None = none)."""
+
+    @field_validator("template")
+    @classmethod
+    def _has_slot(cls, v: str) -> str:
+        if "{prompt}" not in v:
+            raise ValueError("template must contain {prompt}")
+        return v
+
+    def messages(self, text: str) -> list[Message]:
+        """The conversation of a prompt's text: the optional system message, then `template` filled in."""
+        system = [Message("system", self.system_prompt)] if self.system_prompt else []
+        return [*system, Message("user", self.template.replace("{prompt}", text))]
 
 
 def split_reasoning_tags(text: str, tags: tuple[str, str] | None) -> tuple[str, str]:
