@@ -17,6 +17,10 @@ from typing import Any
 
 import structlog
 
+LOG_LEVEL_HELP = ("how much the log on stderr says: DEBUG, INFO (the default), WARNING or ERROR "
+                  "(results, tables and one-line errors are printed at every level)")
+"""`--log-level`'s help, the same in every command."""
+
 QUIETED = ("httpx", "transformers", "accelerate")
 """The library loggers the run sets to WARNING (api.setup_logging)."""
 
