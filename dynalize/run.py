@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from . import api
+from .caller_state import LOG_LEVEL_HELP
 from .api import follow, set_torch_threads, setup_logging  # noqa: F401 - their old home
 from .api import train_async as train  # noqa: F401 - the coroutine, as callers of dynalize.run know it
 from .config import ConfigError, RunConfig, config_yaml, parse_override
@@ -83,7 +84,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="start afresh in a run directory already in use, moving the old one aside")
     ap.add_argument("--print-config", action="store_true",
                     help="print the resolved config (YAML, usable as --config) and exit without running")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5 steps=40")
     return ap.parse_args(argv)
 
