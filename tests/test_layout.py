@@ -127,6 +127,7 @@ def test_the_cycle_check_finds_a_cycle():
 def test_settings_modules_import_only_settings():
     graph = import_graph()
     settings = {"dynalize.config", "dynalize.penalties.config", "dynalize.backends.config", "dynalize.errors",
+                "dynalize.trl_names",  # pure data: TRL's names for the errors' hints
                 "dynalize.judge.config",
                 "dynalize.rubrics.config", "dynalize.rm.config"}
     light_packages = {"dynalize", "dynalize.penalties", "dynalize.backends", "dynalize.rubrics", "dynalize.judge",

@@ -63,10 +63,13 @@ def function_name(fn: Any) -> str:
 
 def trl_inputs(rollouts: list[Rollout]) -> dict[str, list[Any]]:
     """The batch as TRL's reward functions read it: prompts, completions, completion ids and the
-    rows' other columns (a row missing a column gives None)."""
+    rows' other columns (a row missing a column gives None). A task's row (`meta["row"]`: its
+    `prompt` as given and its other `columns`, tasks/prompts.py) is passed as it is; any other
+    task's prompt is its messages."""
+    rows = [r.meta.get("row") if isinstance(r.meta.get("row"), dict) else {} for r in rollouts]  # tasks/prompts.py
     prompts, completions = [], []
-    for r in rollouts:
-        prompt = r.meta.get("prompt", [m.to_dict() for m in r.messages])
+    for r, row in zip(rollouts, rows):
+        prompt = row.get("prompt", [m.to_dict() for m in r.messages])
         prompts.append(prompt)
         if isinstance(prompt, str):
             completions.append(r.text)
@@ -74,11 +77,9 @@ def trl_inputs(rollouts: list[Rollout]) -> dict[str, list[Any]]:
             completions.append([m.to_dict() for m in r.turns])
     out: dict[str, list[Any]] = {"prompts": prompts, "completions": completions,
                                  "completion_ids": [list(r.completion_ids) for r in rollouts]}
-    names: list[str] = []
-    for r in rollouts:
-        names += [k for k in r.meta.get("columns") or {} if k not in names and k not in TRL_FIXED]
-    for k in names:
-        out[k] = [(r.meta.get("columns") or {}).get(k) for r in rollouts]
+    columns = [row.get("columns") or {} for row in rows]
+    for k in dict.fromkeys(k for c in columns for k in c if k not in TRL_FIXED):
+        out[k] = [c.get(k) for c in columns]
     return out
 
 

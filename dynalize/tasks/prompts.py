@@ -4,7 +4,7 @@ kept for the reward functions.
 A row's `prompt` is either a string (TRL's standard format: it becomes the user message) or a
 list of `{"role", "content"}` messages (the conversational format), used as written: no template
 unless `template` asks for one. Every other column (`answer`, `solution`, a test case) rides
-along in `Prompt.meta["columns"]`, and the prompt as the row gave it in `meta["prompt"]`: reward
+along in `Prompt.meta["row"]["columns"]`, and the prompt as the row gave it in `meta["row"]["prompt"]`: reward
 functions (`reward_funcs`) receive both as TRL passes them (dynalize/rewards/functions.py).
 Rows are not deduplicated: two rows with one prompt and two answers are two prompts.
 """
@@ -48,7 +48,7 @@ class PromptsTask(Task):
             key = short_hash(json.dumps([raw, columns], sort_keys=True))
             seen[key] = seen.get(key, 0) + 1
             pid = f"row-{key}" + (f"-{seen[key]}" if seen[key] > 1 else "")
-            out.append(Prompt(pid, self.messages(row, raw), meta={"prompt": raw, "columns": columns}))
+            out.append(Prompt(pid, self.messages(row, raw), meta={"row": {"prompt": raw, "columns": columns}}))
         return out
 
     def messages(self, row: Row, raw: Any) -> list[Message]:
