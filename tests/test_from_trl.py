@@ -255,3 +255,25 @@ def test_docs_from_trl_lists_every_trl_name_dynalize_answers_and_the_readme_link
     table = [line for line in doc.splitlines() if line.startswith("| `")]
     assert [name for name in TRL_NAMES if not any(f"`{name}`" in line.split(" | ")[0] for line in table)] == []
     assert "(docs/from_trl.md)" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_standard_format_rows_give_strings_and_async_functions_log_metrics_and_columns():
+    import anyio
+
+    rollouts = [Rollout(f"p{i}", 0, [1], [7, 8], [0.0, 0.0], [1, 1], [f"reply {i}"], 0,
+                        messages=[Message("user", "Solve: 2+2")], turns=[Message("assistant", f"reply {i}")],
+                        meta={"row": {"prompt": "2+2", "columns": {"solution": "4"}}}) for i in range(2)]
+    seen = {}
+
+    async def judged(prompts, completions, solution, completion_ids, log_metric, log_extra, **kwargs):
+        seen.update(prompts=prompts, completions=completions, solution=solution, ids=completion_ids)
+        log_metric("judged/calls", 1)
+        log_extra("why", ["short", "long"])
+        return [0.5, 1.0]
+
+    term = FunctionsTerm([RewardFunction("judged", judged)], steps=3)
+    got = anyio.run(term.score, Batch(2, [rollouts]))
+    assert seen == {"prompts": ["2+2", "2+2"], "completions": ["reply 0", "reply 1"], "solution": ["4", "4"],
+                    "ids": [[7, 8], [7, 8]]}
+    assert got.values == [0.5, 1.0] and got.info[1] == {"rewards": {"judged": 1.0}, "reward_extra": {"why": "long"}}
+    assert term.metrics()["judged/calls"] == 1.0 and term.metrics() == {}  # read once per step
