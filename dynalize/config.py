@@ -142,13 +142,24 @@ class LossConfig(Section):
 
 
 class ReferenceKLConfig(Section):
-    """A KL penalty to a frozen reference policy, β · KL(π_θ ‖ π_ref) per policy token (docs/learner.md)."""
+    """A KL penalty to a frozen reference policy: per policy token, a term whose gradient is, in
+    expectation, β · ∇ KL(π_θ ‖ π_ref) (docs/learner.md, "KL to a reference model")."""
 
     beta: float = Field(0.0, ge=0)
-    """Weight of the KL term in the loss (0: off, as in TRL and prime-rl)."""
+    """Weight of the penalty (0: off, as in TRL and prime-rl)."""
+    placement: Literal["loss", "advantage"] = "loss"
+    """Where the penalty goes, summed over policy tokens / num_loss_tokens like the policy loss:
+    `loss` adds β · r · k (the estimator's value) to the loss, as TRL's GRPO (its importance-weight
+    correction on) and verl's `use_kl_loss`; `advantage` adds −β · x, detached, to each token's
+    advantage, importance-weighted (prime-rl; the per-token form of verl's `use_kl_in_reward`).
+    r = π_θ / π_gen, the policy loss's ratio to the generator: with it, both give ∇ KL(π_θ ‖ π_ref)
+    in expectation also on stale samples (`async_level` ≥ 1). Neither is masked or clipped by the loss."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Per-token estimator of the KL on the sampled tokens, x = log π_θ − log π_ref: `k1` = x,
-    `k2` = x²/2, `k3` = e^(−x) − 1 + x (TRL's, unbiased and ≥ 0)."""
+    """Per-token estimate of KL(π_θ ‖ π_ref), x = log π_θ − log π_ref, logged as `kl/ref`: `k3` =
+    e^(−x) − 1 + x (default; TRL's, ≥ 0) or `k2` = x²/2 in the loss (weighted by r detached);
+    `k1` = x with `placement: advantage` only (in the loss its expected gradient is 0: refused,
+    as are k2/k3 as a detached advantage, whose gradient is not the KL's). All three give the
+    same gradient per token, r · x · ∇log π_θ; they differ in the value logged and in the loss."""
     reference: str | None = None
     """The reference: a model directory or `tiny:<name>`; null = the initial policy
     (`policy.path`; with `policy.lora`, the base with its adapters switched off: no second copy)."""
@@ -159,6 +170,16 @@ class ReferenceKLConfig(Section):
     @property
     def active(self) -> bool:
         return self.beta > 0 or self.log
+
+    @model_validator(mode="after")
+    def _estimator_fits_placement(self) -> "ReferenceKLConfig":
+        if self.beta > 0 and (self.estimator == "k1") != (self.placement == "advantage"):
+            if self.estimator == "k1":
+                raise ValueError("estimator k1 as a loss term has expected gradient 0 on the policy's samples "
+                                 "(a silent no-op): use placement advantage for k1, or estimator k3 or k2")
+            raise ValueError(f"placement advantage takes estimator k1 (a detached {self.estimator} advantage's "
+                             f"gradient is not the KL's): set estimator k1, or placement loss")
+        return self
 
 
 class TrainerConfig(Section):
