@@ -247,7 +247,8 @@ class AccelerateLearner(Learner):
                 out = self._loss(logprobs, t["gen_logprobs"], t["advantages"], t["loss_mask"], num_tokens)
                 loss = out.loss
                 if ref is not None:
-                    totals["kl"] += (grpo.reference_kl(logprobs, ref, kl.estimator) * t["loss_mask"]).sum().item()
+                    estimate = grpo.reference_kl(logprobs.detach(), ref, kl.estimator)
+                    totals["kl"] += (estimate * t["loss_mask"]).sum().item()
                     if kl.beta > 0:
                         penalty = grpo.reference_kl_penalty(logprobs, t["gen_logprobs"], ref, t["loss_mask"],
                                                             kl.estimator, kl.placement)
