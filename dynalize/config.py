@@ -171,15 +171,17 @@ class ReferenceKLConfig(Section):
     def active(self) -> bool:
         return self.beta > 0 or self.log
 
-    @model_validator(mode="after")
-    def _estimator_fits_placement(self) -> "ReferenceKLConfig":
-        if self.beta > 0 and (self.estimator == "k1") != (self.placement == "advantage"):
-            if self.estimator == "k1":
-                raise ValueError("estimator k1 as a loss term has expected gradient 0 on the policy's samples "
-                                 "(a silent no-op): use placement advantage for k1, or estimator k3 or k2")
-            raise ValueError(f"placement advantage takes estimator k1 (a detached {self.estimator} advantage's "
-                             f"gradient is not the KL's): set estimator k1, or placement loss")
-        return self
+    def penalty_problem(self) -> str | None:
+        """Why this penalty would not do what it says (None if it does): `build.check_config` stops a
+        run on it in one line. Not a validator, so that a resumed run's saved settings still load
+        and an override can mend them."""
+        if self.beta == 0 or (self.estimator == "k1") == (self.placement == "advantage"):
+            return None
+        if self.estimator == "k1":
+            return ("estimator k1 as a loss term has expected gradient 0 on the policy's samples (a silent "
+                    "no-op): set trainer.kl.placement=advantage for k1, or trainer.kl.estimator=k3 or k2")
+        return (f"placement advantage takes estimator k1 (a detached {self.estimator} advantage's gradient "
+                f"is not the KL's): set trainer.kl.estimator=k1, or trainer.kl.placement=loss")
 
 
 class TrainerConfig(Section):

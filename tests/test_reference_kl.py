@@ -6,10 +6,13 @@ import math
 
 import pytest
 import torch
+import yaml
 from transformers import AutoModelForCausalLM
 
 from dynalize import grpo, tiny
-from dynalize.config import ConfigError, TrainerConfig, load_config
+from dynalize.api import resolve_config
+from dynalize.build import check_config
+from dynalize.config import ConfigError, TrainerConfig
 from learnerkit import learner, mixed_batch, step_with_grads
 
 SETTINGS = [("loss", "k3"), ("loss", "k2"), ("advantage", "k1")]
@@ -104,21 +107,40 @@ def test_the_penalty_is_zero_and_finite_off_policy_tokens():
 
 # --- the config ------------------------------------------------------------------------------------
 
+def refusal(overrides, resume=None) -> str | None:
+    """The one line a run with these settings stops on before any model loads (None: it starts)."""
+    try:
+        check_config(resolve_config(None, overrides, resume=resume))
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def test_k1_in_the_loss_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^config error: trainer.kl: estimator k1 as a loss term has expected "
-                                          r"gradient 0[^\n]*placement advantage[^\n]*$"):
-        load_config(None, ["trainer.kl.beta=0.1", "trainer.kl.estimator=k1"])
-    with pytest.raises(ConfigError, match=r"^config error: trainer.kl: placement advantage takes estimator k1"):
-        load_config(None, ["trainer.kl.beta=0.1", "trainer.kl.placement=advantage"])
+    k1_in_loss = refusal([("trainer.kl.beta", 0.1), ("trainer.kl.estimator", "k1")])
+    assert k1_in_loss == ("config error: trainer.kl: estimator k1 as a loss term has expected gradient 0 on the "
+                          "policy's samples (a silent no-op): set trainer.kl.placement=advantage for k1, or "
+                          "trainer.kl.estimator=k3 or k2")
+    k3_as_advantage = refusal([("trainer.kl.beta", 0.1), ("trainer.kl.placement", "advantage")])
+    assert k3_as_advantage.startswith("config error: trainer.kl: placement advantage takes estimator k1")
+    assert "\n" not in k3_as_advantage
+    assert refusal([("trainer.kl.beta", 0.1), ("trainer.kl.placement", "advantage"),
+                    ("trainer.kl.estimator", "k1")]) is None
+    assert refusal([("trainer.kl.log", True), ("trainer.kl.estimator", "k1")]) is None  # logs, penalises nothing
 
 
-def test_the_kl_settings_of_earlier_runs_still_load():
-    old = load_config(None, ["trainer.kl={beta: 0.1, estimator: k3, reference: null, log: false}"]).trainer.kl
-    assert (old.placement, old.estimator, old.beta) == ("loss", "k3", 0.1)
-    watched = load_config(None, ["trainer.kl={beta: 0.0, estimator: k1, log: true}"]).trainer.kl
-    assert watched.active and watched.estimator == "k1"  # logging k1 penalises nothing: allowed
-    k1 = load_config(None, ["trainer.kl={beta: 0.1, estimator: k1, placement: advantage}"]).trainer.kl
-    assert k1.placement == "advantage"
+def test_an_earlier_runs_kl_settings_load_on_resume_and_an_override_mends_k1(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = resolve_config(None, []).model_dump(mode="json")
+    saved["trainer"]["kl"] = {"beta": 0.1, "estimator": "k1", "reference": None, "log": False}  # no placement
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert resolve_config(None, [], resume=run).trainer.kl.placement == "loss"  # it loads
+    assert refusal([], resume=run).startswith("config error: trainer.kl: estimator k1 as a loss term")
+    assert refusal([("trainer.kl.placement", "advantage")], resume=run) is None
+    saved["trainer"]["kl"]["estimator"] = "k3"
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert refusal([], resume=run) is None  # the old default resumes as it is
 
 
 # --- in the learner --------------------------------------------------------------------------------
