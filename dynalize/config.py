@@ -142,24 +142,20 @@ class LossConfig(Section):
 
 
 class ReferenceKLConfig(Section):
-    """A KL penalty to a frozen reference policy: per policy token, a term whose gradient is, in
-    expectation, β · ∇ KL(π_θ ‖ π_ref) (docs/learner.md, "KL to a reference model")."""
+    """A KL penalty to a frozen reference: per policy token, a term whose expected gradient is
+    β · ∇KL(π_θ ‖ π_ref), stale samples included (docs/learner.md, "KL to a reference model")."""
 
     beta: float = Field(0.0, ge=0)
     """Weight of the penalty (0: off, as in TRL and prime-rl)."""
     placement: Literal["loss", "advantage"] = "loss"
-    """Where the penalty goes, summed over policy tokens / num_loss_tokens like the policy loss:
-    `loss` adds β · r · k (the estimator's value) to the loss, as TRL's GRPO (its importance-weight
-    correction on) and verl's `use_kl_loss`; `advantage` adds −β · x, detached, to each token's
-    advantage, importance-weighted (prime-rl; the per-token form of verl's `use_kl_in_reward`).
-    r = π_θ / π_gen, the policy loss's ratio to the generator: with it, both give ∇ KL(π_θ ‖ π_ref)
-    in expectation also on stale samples (`async_level` ≥ 1). Neither is masked or clipped by the loss."""
+    """`loss`: β · r · k added to the loss per policy token (TRL's GRPO, verl's `use_kl_loss`);
+    `advantage`: −β · x, detached, added to each token's advantage (prime-rl's), with r = π_θ / π_gen
+    the policy loss's importance ratio (x, k: `estimator`). Summed over policy tokens / num_loss_tokens,
+    unmasked and unclipped by the policy loss."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Per-token estimate of KL(π_θ ‖ π_ref), x = log π_θ − log π_ref, logged as `kl/ref`: `k3` =
-    e^(−x) − 1 + x (default; TRL's, ≥ 0) or `k2` = x²/2 in the loss (weighted by r detached);
-    `k1` = x with `placement: advantage` only (in the loss its expected gradient is 0: refused,
-    as are k2/k3 as a detached advantage, whose gradient is not the KL's). All three give the
-    same gradient per token, r · x · ∇log π_θ; they differ in the value logged and in the loss."""
+    """The per-token estimate of KL(π_θ ‖ π_ref) logged as `kl/ref`, x = log π_θ − log π_ref: `k3` =
+    e^(−x) − 1 + x (TRL's, ≥ 0) or `k2` = x²/2 (r detached) in the loss, `k1` = x as an advantage;
+    the other pairings' gradients are not the KL's: refused. Each gradient per token: r · x · ∇log π_θ."""
     reference: str | None = None
     """The reference: a model directory or `tiny:<name>`; null = the initial policy
     (`policy.path`; with `policy.lora`, the base with its adapters switched off: no second copy)."""
@@ -172,9 +168,8 @@ class ReferenceKLConfig(Section):
         return self.beta > 0 or self.log
 
     def penalty_problem(self) -> str | None:
-        """Why this penalty would not do what it says (None if it does): `build.check_config` stops a
-        run on it in one line. Not a validator, so that a resumed run's saved settings still load
-        and an override can mend them."""
+        """Why the penalty would not do what it says, or None; checked at run start (build.check_config),
+        not by a validator, so that a resumed run's saved settings load and an override mends them."""
         if self.beta == 0 or (self.estimator == "k1") == (self.placement == "advantage"):
             return None
         if self.estimator == "k1":
