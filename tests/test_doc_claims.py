@@ -86,3 +86,16 @@ def test_the_demo_runs_without_config_resume_or_override_whatever_the_flags_and_
             "demo") in readme
     assert "whatever flags that set nothing are given (`--overwrite`, `--log-level`; `--print-config` then shows " \
            "the demo's settings)" in readme
+
+
+def test_what_the_docs_say_of_trls_defaults_is_trls_default():
+    """docs/learner.md and README name TRL's `disable_dropout` default: it is the installed TRL's."""
+    trl = pytest.importorskip("trl")
+    default = trl.GRPOConfig.__dataclass_fields__["disable_dropout"].default
+    for doc in (REPO / "docs" / "learner.md", REPO / "README.md"):
+        text = flat(doc)
+        claims = re.findall(r"TRL(?: [0-9.]+)?'s `?disable_dropout`? defaults to (true|false)|"
+                            r"`disable_dropout`, (on|off) by default", text)
+        assert claims, f"{doc.name} no longer says what TRL's disable_dropout default is"
+        for said in claims:
+            assert (said[0] or said[1]) in (("true", "on") if default else ("false", "off")), (doc.name, said)
