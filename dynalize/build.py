@@ -274,6 +274,9 @@ def build_functions_term(cfg: RunConfig, alone: bool = True) -> FunctionsTerm:
     weights = cfg.reward_weights or [1.0] * len(cfg.reward_funcs)
     functions = []
     for path, weight in zip(cfg.reward_funcs, weights):
+        if ":" not in path:  # TRL takes a reward model's id here too
+            raise ConfigError(f"config error: reward_funcs: {path!r} is not 'module:function'; a reward model "
+                              f"(TRL's reward_funcs=\"model-id\") is dynalize's reward_model (engine hf, path)")
         fn = import_object(path, "reward function (reward_funcs)")
         if not callable(fn):
             raise ConfigError(f"config error: reward_funcs: {path!r} is not a function")

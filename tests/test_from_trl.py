@@ -145,6 +145,8 @@ def test_reward_functions_add_to_the_rm_and_a_resume_may_not_change_them(tmp_pat
     assert [t.name for t in terms] == ["rm", "reward_funcs"] and terms[1].alone is False
     with pytest.raises(_ConfigError, match="cannot change reward_weights"):
         resume_config(cfg, cfg.model_copy(update={"reward_weights": [2.0]}))
+    with pytest.raises(_ConfigError, match="a reward model .* is dynalize's reward_model"):
+        build_reward_terms(cfg.model_copy(update={"reward_funcs": ["models/my-rm"]}), None)
     with pytest.raises(_ConfigError, match="reward_weights has 2 weights for 1 reward_funcs"):
         validate(tiny(tmp_path, reward_funcs=["trlrewards:graded"], reward_weights=[1, 2]))
 
