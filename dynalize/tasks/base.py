@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..backends.base import RewardModel, RMInput
 from ..errors import ConfigError, describe, one_line
 from ..plugins import OBJECT_PREFIX, import_object
-from ..types import Message, Prompt
+from ..types import Message, Penalty, Prompt
 
 Split = Literal["train", "eval"]
 
@@ -66,6 +66,12 @@ class Task(abc.ABC):
 
     def reward_model(self) -> RewardModel | None:
         """A reward model the task supplies itself (config `reward_model.engine: task`)."""
+        return None
+
+    def planted_matches(self, penalties: list[Penalty]) -> list[str | None] | None:
+        """A task that plants its hacks (the sandboxes) knows the answer: for each penalty, the
+        planted feature it catches, or None for one that catches none (a false penalty). None
+        (the default): the task plants nothing, and a run's summary says nothing of it."""
         return None
 
     async def evaluate(self, prompts: list[Prompt], replies: list[str],
