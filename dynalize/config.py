@@ -83,7 +83,18 @@ class GeneratorConfig(Section):
     enable_sleep_mode: bool = False
     """vllm: allow sleep()/wake_up() when colocated on one GPU with the learner."""
     base_urls: list[str] = []
-    """remote: roots of the vLLM servers (e.g. http://node1:8000); requests are spread over them."""
+    """remote: roots of the vLLM servers (e.g. http://node1:8000); requests are spread over them.
+    Never a key in them (user info, a key-like query parameter): refused, without being printed."""
+
+    @field_validator("base_urls")
+    @classmethod
+    def _no_key_in_urls(cls, v: list[str]) -> list[str]:
+        from .backends.secrets import url_credential_problem
+
+        for url in v:
+            if problem := url_credential_problem(url):
+                raise ValueError(problem)
+        return v
     served_model_name: str | None = None
     """remote: the model name the servers serve (default: policy.path)."""
     checkpoint_dir: str | None = None

@@ -69,7 +69,8 @@ class ChatModelConfig(BaseModel):
     model: str | None = None
     """openai: the model name sent with each request."""
     base_url: str | None = None
-    """openai: endpoint root including `/v1`, e.g. `http://127.0.0.1:8000/v1`."""
+    """openai: endpoint root including `/v1`, e.g. `http://127.0.0.1:8000/v1`. Never a key in it (user
+    info `user:key@`, a key-like query parameter such as `?api-key=`): refused, without being printed."""
     api_key_env: str | None = "OPENAI_API_KEY"
     """openai: NAME of the environment variable holding the API key (None = no key); never the key
     (a value that looks like a key is refused, without being printed)."""
@@ -104,6 +105,15 @@ class ChatModelConfig(BaseModel):
     def _env_name(cls, v: str | None) -> str | None:
         if v is not None and (problem := env_name_problem(v)):
             raise ValueError(problem)
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_key_in_url(cls, v: str | None) -> str | None:
+        from .secrets import url_credential_problem
+
+        if v is not None and (problem := url_credential_problem(v)):
+            raise ValueError(problem)  # the URL itself is never echoed
         return v
 
     @field_validator("engine")
