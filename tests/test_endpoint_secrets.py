@@ -12,7 +12,6 @@ import pytest
 from dynalize.backends.base import EngineError
 from dynalize.backends.config import ChatModelConfig
 from dynalize.backends.openai import OpenAIChatModel
-from dynalize.backends.secrets import mask_secrets, url_credential_problem
 from dynalize.run import main
 from faultserver import FaultServer, send
 
@@ -61,6 +60,8 @@ def test_the_engine_refuses_a_key_inside_base_url_unechoed():
 
 
 def test_endpoint_urls_without_keys_pass():
+    from dynalize.backends.secrets import url_credential_problem
+
     for url in ["http://127.0.0.1:8000/v1", "https://x.openai.azure.com/openai/deployments/gpt-4o-2024-08-06?"
                 "api-version=2024-02-15-preview", "http://node1:8000"]:
         assert url_credential_problem(url) is None, url
@@ -90,6 +91,8 @@ def test_the_preflight_masks_an_authorization_header_an_endpoint_echoes(status, 
 
 
 def test_a_credential_the_request_did_not_send_is_masked_too():
+    from dynalize.backends.secrets import mask_secrets
+
     body = ('{"error": "bad key for https://admin:hunter2pass@internal:8443/x?token=t0k3n&api_key=zz9 '
             'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc and ghp_0123456789abcdefghij0123"}')
     masked = mask_secrets(body)

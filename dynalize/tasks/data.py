@@ -23,8 +23,8 @@ import csv
 import hashlib
 import io
 import json
+import math
 import random
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -66,7 +66,7 @@ class Row:
         return DataError(f"data error: {self.where}: {problem}")
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
@@ -139,7 +139,7 @@ def _read_csv_rows(path: Path) -> list[Row]:
             _check_size(sum(map(len, values)), f"{path} line {start}")
             rows.append(Row(dict(zip(header, values)), f"{path} line {start}"))
     except csv.Error as e:
-        raise DataError(f"data error: {path} line {reader.line_num}: {_first_line(e)}") from None
+        raise DataError(f"data error: {path} line {reader.line_num}: {first_line(e)}") from None
 
 
 def _read_parquet(path: Path) -> list[Row]:
@@ -148,8 +148,8 @@ def _read_parquet(path: Path) -> list[Row]:
     try:
         records = pq.read_table(path).to_pylist()
     except Exception as e:  # pyarrow raises several types for a bad file
-        raise DataError(f"data error: {path} is not a readable parquet file ({_first_line(e)})") from None
-    return [_sized(Row(r, f"{path} row {i}")) for i, r in enumerate(records)]
+        raise DataError(f"data error: {path} is not a readable parquet file ({first_line(e)})") from None
+    return [Row(r, f"{path} row {i}") for i, r in enumerate(records)]
 
 
 def _sized(row: Row) -> Row:
@@ -168,14 +168,19 @@ def _read_datasets(path: Path) -> list[Row]:
         ds = datasets.load_from_disk(str(path))
     except Exception as e:
         raise DataError(f"data error: {path} is not a datasets folder saved with save_to_disk "
-                        f"({_first_line(e)})") from None
+                        f"({first_line(e)})") from None
     if isinstance(ds, datasets.DatasetDict):
         splits = ", ".join(ds)
         raise DataError(f"data error: {path} holds several splits ({splits}): point at one split's subfolder")
-    return [_sized(Row(r, f"{path} row {i}")) for i, r in enumerate(ds)]
+    return [Row(r, f"{path} row {i}") for i, r in enumerate(ds)]
 
 
 _READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet, "datasets": _read_datasets}
+
+CAPPED_AS_READ = ("jsonl", "csv")
+"""Formats whose readers check the row cap on each line's text, before parsing it; every other
+source's rows (parquet, datasets folders, Hub datasets, data from Python) are checked by
+`read_rows` once they are read, by the size of their values as JSON."""
 
 
 def data_format(path: Path) -> str:
@@ -191,62 +196,7 @@ def data_format(path: Path) -> str:
 
 
 HUB_PREFIX = "hub:"
-"""A data path starting with this names a Hugging Face Hub dataset (docs/data_formats.md)."""
-
-
-@dataclass(frozen=True)
-class HubId:
-    """`hub:ORG/NAME[@REVISION][:SPLIT]` or `hub:ORG/NAME[@REVISION][:CONFIG:SPLIT]`, parsed."""
-
-    name: str
-    revision: str | None = None
-    config: str | None = None
-    split: str = "train"
-
-    @classmethod
-    def parse(cls, spec: str) -> "HubId":
-        body = spec.removeprefix(HUB_PREFIX)
-        repo, _, rest = body.partition(":")
-        repo, _, revision = repo.partition("@")
-        parts = re.split(r":(?![^\[]*\])", rest) if rest else []  # a split may be sliced: train[:100]
-        if not repo or repo.count("/") > 1 or len(parts) > 2 or "" in parts or (revision == "" and "@" in body):
-            raise DataError(f"data error: {spec!r} is not a Hub dataset id: use hub:ORG/NAME, "
-                            f"hub:ORG/NAME@REVISION:SPLIT or hub:ORG/NAME@REVISION:CONFIG:SPLIT")
-        config, split = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0] if parts else "train")
-        return cls(repo, revision or None, config, split)
-
-
-def _read_hub(spec: str) -> list[Row]:
-    """A Hub dataset's split, through `datasets.load_dataset`: downloaded or cached, or, when the
-    Hub cannot be reached (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE, no network), from the dataset
-    repository in the local Hub cache (`huggingface-cli download --repo-type dataset ORG/NAME`)."""
-    import datasets
-
-    hub = HubId.parse(spec)
-    try:
-        ds = datasets.load_dataset(hub.name, hub.config, split=hub.split, revision=hub.revision)
-    except Exception as online:  # noqa: BLE001 - datasets raises many types; the cached copy is tried next
-        folder = _cached_snapshot(hub)
-        if folder is None:
-            raise DataError(f"data error: {spec}: cannot load the Hub dataset {hub.name!r}"
-                            f"{f' at revision {hub.revision!r}' if hub.revision else ''} and no copy of it is in the "
-                            f"local Hub cache ({_first_line(online)})") from None
-        try:
-            ds = datasets.load_dataset(folder, hub.config, split=hub.split)
-        except Exception as e:  # noqa: BLE001
-            raise DataError(f"data error: {spec}: the cached copy of {hub.name!r} ({folder}) does not load "
-                            f"({_first_line(e)})") from None
-    return [Row(r, f"{spec} row {i}") for i, r in enumerate(ds)]
-
-
-def _cached_snapshot(hub: HubId) -> str | None:
-    """The folder of `hub`'s dataset repository in the local Hub cache, or None; no network."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(hub.name, repo_type="dataset", revision=hub.revision, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached (or not at that revision)
-        return None
+"""A data path starting with this names a Hugging Face Hub dataset (docs/data_formats.md, dynalize.tasks.hub)."""
 
 
 def _read_memory(spec: str) -> list[Row]:
@@ -265,8 +215,13 @@ def _read_memory(spec: str) -> list[Row]:
 
 
 def missing(value: Any) -> bool:
-    """A field counts as missing when absent, null, or an empty string."""
-    return value is None or (isinstance(value, str) and not value.strip())
+    """A field counts as missing when absent, null, an empty string, or a table's missing value
+    (NaN, pandas' NA and NaT: a DataFrame's empty cell), which would otherwise read as "nan"."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return type(value).__name__ in ("NAType", "NaTType")
 
 
 def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
@@ -275,13 +230,18 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
 
     p = Path(path)
     if str(path).startswith(HUB_PREFIX):
-        rows = _read_hub(str(path))
+        from .hub import read_hub
+
+        fmt, rows = "hub", read_hub(str(path))
     elif str(path).startswith(OBJECT_PREFIX):
-        rows = _read_memory(str(path))
+        fmt, rows = "memory", _read_memory(str(path))
     elif not p.exists():
         raise DataError(f"data error: no such data file: {p}")
     else:
-        rows = _READERS[data_format(p)](p)
+        fmt = data_format(p)
+        rows = _READERS[fmt](p)
+    if fmt not in CAPPED_AS_READ:
+        rows = [_sized(row) for row in rows]  # the row cap, for every source
     if not rows:
         raise DataError(f"data error: {p} has no rows")
     for row in rows:
