@@ -23,7 +23,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -219,9 +218,12 @@ def missing(value: Any) -> bool:
     (NaN, pandas' NA and NaT: a DataFrame's empty cell), which would otherwise read as "nan"."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return True
-    if isinstance(value, float):
-        return math.isnan(value)
-    return type(value).__name__ in ("NAType", "NaTType")
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' missing values, without importing pandas
+        return True
+    try:
+        return bool(value != value)  # NaN, of any float type (numpy's too)
+    except (TypeError, ValueError):  # an array: not one missing value
+        return False
 
 
 def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
