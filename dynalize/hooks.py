@@ -64,7 +64,7 @@ class HookError(RuntimeError):
         super().__init__(message or f"{hook} of {owner} raised {type(error).__name__}: {error}")
 
 
-def _stopped_process(owner: str, hook: str, e: SystemExit | KeyboardInterrupt) -> HookError:
+def stopped_process(owner: str, hook: str, e: SystemExit | KeyboardInterrupt) -> HookError:
     """The HookError for user code that tried to end the process: one line naming the hook and
     where the code raised (the traceback is not shown: that line says it all)."""
     frames = traceback.extract_tb(e.__traceback__)
@@ -84,7 +84,7 @@ def user_code(owner: str, hook: str) -> Iterator[None]:
     except (HookError, ConfigError):  # a ConfigError is already one line for the user (exit 2)
         raise
     except (SystemExit, KeyboardInterrupt) as e:
-        raise _stopped_process(owner, hook, e) from None
+        raise stopped_process(owner, hook, e) from None
     except Exception as e:
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:

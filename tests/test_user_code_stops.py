@@ -29,6 +29,13 @@ class ExitingTask(ToyTask):
         sys.exit(3)
 
 
+class ExitingAtStart(ToyTask):
+    """A task that calls sys.exit(0) while it starts."""
+
+    def __init__(self, args, seed=0):
+        raise SystemExit(0)
+
+
 def run(tmp_path, capsys, *extra) -> tuple[int, list[str]]:
     code = main([f"output_dir={tmp_path}", "name=run", "steps=2", "batch_size=8", "group_size=4", "progress=false",
                  "generator.max_new_tokens=8", "checkpoint_every=0", "torch_threads=1", *extra])
@@ -42,6 +49,8 @@ def run(tmp_path, capsys, *extra) -> tuple[int, list[str]]:
      ["task.name=toytask:ToyTask", "reward_model.engine=python", "reward_model.path=test_user_code_stops:exits"]),
     ("split_reasoning of task test_user_code_stops:ExitingTask raised SystemExit(3) at ",
      ["task.name=test_user_code_stops:ExitingTask", "reward_model.engine=task"]),
+    ("__init__ of task test_user_code_stops:ExitingAtStart raised SystemExit(0) at ",
+     ["task.name=test_user_code_stops:ExitingAtStart", "reward_model.engine=task"]),
 ])
 def test_system_exit_in_user_code_is_exit_1_naming_the_hook_not_a_finished_run(what, settings, tmp_path, capsys):
     code, err = run(tmp_path, capsys, *settings)

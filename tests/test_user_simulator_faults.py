@@ -79,3 +79,19 @@ def test_a_few_simulated_user_failures_are_counted_and_the_run_goes_on(tmp_path,
     for m, (step, lines) in zip(metrics, rollouts.items()):  # exactly the groups holding a failed conversation
         hit = {r["group"] for r in lines if r.get("user_failed")}
         assert m["left_out"] == 4 * len(hit) == sum(bool(r.get("left_out")) for r in lines)
+
+
+def test_a_failed_simulated_user_survives_a_checkpoint_of_batches_generated_ahead():
+    """Batches generated ahead are checkpointed unscored: their `user_failed` mark goes with them,
+    so a resumed run leaves out the same groups as the run it continues."""
+    from dynalize.rollouts import USER_FAILED
+    from dynalize.runlog import rollout_from_state, rollout_to_state
+    from dynalize.types import Message, Rollout
+
+    r = Rollout(prompt_id="p", group=0, prompt_ids=[1], completion_ids=[2], logprobs=[0.0], loss_mask=[1],
+                replies=["hi"], policy_version=0, messages=[Message("user", "x")],
+                turns=[Message("assistant", "hi")], info={USER_FAILED: "EngineError: HTTP 500"})
+    assert rollout_from_state(rollout_to_state(r)).info == {USER_FAILED: "EngineError: HTTP 500"}
+    clean = Rollout(prompt_id="p", group=0, prompt_ids=[1], completion_ids=[2], logprobs=[0.0], loss_mask=[1],
+                    replies=["hi"], policy_version=0)
+    assert "info" not in rollout_to_state(clean)  # checkpoints of runs without failures are as before
