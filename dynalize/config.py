@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .backends.config import url_credential_problem
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 from .rubrics.config import RubricConfig
@@ -89,8 +90,6 @@ class GeneratorConfig(Section):
     @field_validator("base_urls")
     @classmethod
     def _no_key_in_urls(cls, v: list[str]) -> list[str]:
-        from .backends.secrets import url_credential_problem
-
         for url in v:
             if problem := url_credential_problem(url):
                 raise ValueError(problem)

@@ -3,14 +3,14 @@
 Single-turn: one policy reply. Multi-turn (`task.max_turns > 1`): policy replies alternate with
 simulated-user messages (`task.user_reply`) until the user ends the conversation or the turn
 limit is reached. A simulated user whose engine fails (`EngineError`: an API still answering
-500 after its retries) ends that conversation there, marked `user_failed` with the reason; the loop
-leaves its group out of the update, counted, as it does a failed judge verdict (a bug in
-`user_reply`, any other exception, stops the run as a HookError). The learner trains on exactly the token ids the generator saw and produced:
-generated ids are kept as they are, and only the text *between* replies (end of the reply's
-message, the user's message, the next generation prompt, as the chat template renders them after
-the reply in the whole conversation) is tokenised, so the loss mask (1 on policy tokens, 0 on
-everything else) can never shift, and templates that render the last assistant turn unlike the
-earlier ones (Qwen3's) work. Each turn samples with its own seed, derived from the batch's.
+500 after its retries) ends that conversation there, marked `user_failed` with the reason; the
+loop leaves its group out of the update, counted, as it does a failed judge verdict (any other
+exception in `user_reply` is a bug: it stops the run as a HookError). The learner trains on
+exactly the token ids the generator saw and produced: generated ids are kept as they are, and
+only the text *between* replies (end of the reply's message, the user's message, the next
+generation prompt, as the chat template renders them after the reply in the whole conversation)
+is tokenised, so the loss mask (1 on policy tokens, 0 on everything else) can never shift, and
+templates that render the last assistant turn unlike the earlier ones (Qwen3's) work. Each turn samples with its own seed, derived from the batch's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
-
 import structlog
 
 from .backends.base import Completion, EngineError, Generator, SamplingParams

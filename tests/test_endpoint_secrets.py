@@ -60,7 +60,7 @@ def test_the_engine_refuses_a_key_inside_base_url_unechoed():
 
 
 def test_endpoint_urls_without_keys_pass():
-    from dynalize.backends.secrets import url_credential_problem
+    from dynalize.backends.config import url_credential_problem
 
     for url in ["http://127.0.0.1:8000/v1", "https://x.openai.azure.com/openai/deployments/gpt-4o-2024-08-06?"
                 "api-version=2024-02-15-preview", "http://node1:8000"]:

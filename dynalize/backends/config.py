@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -53,6 +54,31 @@ def env_name_problem(name: str) -> str | None:
     if not _ENV_NAME.fullmatch(name) or looks_like_key(name):
         return ("must be the NAME of an environment variable holding the key (letters, digits and _), "
                 "not the key itself")
+    return None
+
+
+KEY_PARAMS = {"apikey", "key", "token", "accesstoken", "auth", "authorization", "password", "passwd", "pwd",
+              "secret", "clientsecret", "sig", "signature", "code", "xapikey", "subscriptionkey", "session"}
+"""Query-parameter names (lower case, `-` and `_` dropped) that carry a credential."""
+
+
+def url_credential_problem(url: str) -> str | None:
+    """Why `url` may not be an endpoint setting because it carries a key (None when it carries
+    none): user info (`user:key@host`), a key-like query parameter (`?api-key=…`), or a query value
+    or path segment in a known key format (`sk-…`, `hf_…`). The key itself is never repeated."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None  # not a URL at all: the engine's own checks report it
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return ("must not hold credentials (user info before @): put the key in the environment variable "
+                "that api_key_env names")
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name.lower().replace("-", "").replace("_", "") in KEY_PARAMS or KEY_FORMATS.match(value):
+            return (f"must not hold a key (query parameter {name[:40]!r}): put the key in the environment variable "
+                    f"that api_key_env names")
+    if any(KEY_FORMATS.match(p) for p in parts.path.split("/")):
+        return "must not hold a key (in its path): put the key in the environment variable that api_key_env names"
     return None
 
 
@@ -110,8 +136,6 @@ class ChatModelConfig(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _no_key_in_url(cls, v: str | None) -> str | None:
-        from .secrets import url_credential_problem
-
         if v is not None and (problem := url_credential_problem(v)):
             raise ValueError(problem)  # the URL itself is never echoed
         return v

@@ -29,9 +29,9 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception_type, st
 
 from ..types import Message, as_messages
 from .base import ChatModel, EngineError
-from .config import env_name_problem
+from .config import env_name_problem, url_credential_problem
 from .ratelimit import RateLimiter
-from .secrets import mask_secrets, url_credential_problem
+from .secrets import mask_secrets
 
 log = structlog.get_logger("dynalize.backends.openai")
 

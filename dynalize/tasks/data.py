@@ -27,14 +27,14 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import Field
 
-from ..errors import ConfigError
 from .base import TaskArgs
+from .hub import HUB_PREFIX, read_hub
+from .rows import DataError, Row, first_line
 
 T = TypeVar("T")
 
@@ -47,27 +47,6 @@ _ROW_CAP: ContextVar[int] = ContextVar("max_row_chars", default=MAX_ROW_CHARS)
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 """File suffix → format; a directory is read as a `datasets` folder."""
-
-
-class DataError(ConfigError):
-    """Bad or missing task data: the message is one line naming the file (and row, and field)."""
-
-
-@dataclass
-class Row:
-    """One record and where it came from (for error messages)."""
-
-    data: dict[str, Any]
-    where: str
-
-    def fail(self, problem: str) -> DataError:
-        """A DataError about this row."""
-        return DataError(f"data error: {self.where}: {problem}")
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _decode(path: Path, raw: bytes) -> str:
@@ -194,10 +173,6 @@ def data_format(path: Path) -> str:
     return fmt
 
 
-HUB_PREFIX = "hub:"
-"""A data path starting with this names a Hugging Face Hub dataset (docs/data_formats.md, dynalize.tasks.hub)."""
-
-
 def _read_memory(spec: str) -> list[Row]:
     """Rows of data given to `dynalize.train` as a Python object (see dynalize.plugins)."""
     from ..plugins import given_object
@@ -232,8 +207,6 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
 
     p = Path(path)
     if str(path).startswith(HUB_PREFIX):
-        from .hub import read_hub
-
         fmt, rows = "hub", read_hub(str(path))
     elif str(path).startswith(OBJECT_PREFIX):
         fmt, rows = "memory", _read_memory(str(path))

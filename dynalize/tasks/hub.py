@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .data import HUB_PREFIX, DataError, Row, first_line
+from .rows import DataError, Row, first_line
+
+HUB_PREFIX = "hub:"
+"""A data path starting with this names a Hugging Face Hub dataset (docs/data_formats.md)."""
 
 
 _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
