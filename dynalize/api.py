@@ -53,7 +53,7 @@ from .hooks import HookError, leaf_errors
 from .plugins import OBJECT_PREFIX, forget_objects, give_object, given_object, import_path, is_given
 from .resume import freeze_derived, resume_config, steps_problem
 from .runlog import RunDir, read_jsonl
-from .summary import incomplete_measurements, summary_rows, summary_table
+from .summary import incomplete_measurements, penalty_rows, summary_rows, summary_table
 
 log = structlog.get_logger("dynalize.run")
 
@@ -80,7 +80,8 @@ class RunResult:
     @property
     def summary(self) -> list[tuple[str, str, str]]:
         """The rows of the summary table the CLI prints: (metric, first, last)."""
-        return summary_rows(self.history, self.run_dir, self.incomplete) if self.history else []
+        return [*summary_rows(self.history, self.run_dir, self.incomplete), *penalty_rows(self.config)] \
+            if self.history else []
 
     def table(self) -> Table:
         """The summary as a rich Table (`rich.print(result.table())`)."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .backends.config import url_credential_problem
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 from .rubrics.config import RubricConfig
@@ -83,7 +84,16 @@ class GeneratorConfig(Section):
     enable_sleep_mode: bool = False
     """vllm: allow sleep()/wake_up() when colocated on one GPU with the learner."""
     base_urls: list[str] = []
-    """remote: roots of the vLLM servers (e.g. http://node1:8000); requests are spread over them."""
+    """remote: roots of the vLLM servers (e.g. http://node1:8000); requests are spread over them.
+    Never a key in them (user info, a key-like query parameter): refused, without being printed."""
+
+    @field_validator("base_urls")
+    @classmethod
+    def _no_key_in_urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if problem := url_credential_problem(url):
+                raise ValueError(problem)
+        return v
     served_model_name: str | None = None
     """remote: the model name the servers serve (default: policy.path)."""
     checkpoint_dir: str | None = None

@@ -135,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped: {err}", file=sys.stderr)
             return 3
         if isinstance(err := _find(e, (HookError,)), HookError):  # task code failed: which hook of which
-            print(f"error: {err}", "".join(traceback.format_exception(err.error)),  # task, then its traceback
-                  sep="\n", end="", file=sys.stderr)
+            if isinstance(err.error, KeyboardInterrupt):  # raised by user code: the interrupted path
+                print(f"interrupted: {err}; metrics and rollouts written so far are kept", file=sys.stderr)
+                return 130
+            trace = "".join(traceback.format_exception(err.error)) if err.error.__traceback__ else ""
+            print(f"error: {err}\n{trace}", end="", file=sys.stderr)  # task, then its traceback (if it tells more)
             return 1
         if problem := filesystem_problem(_find(e, (OSError,))):  # a full disk, a read-only folder
             print(f"error: {problem}", file=sys.stderr)
