@@ -157,6 +157,8 @@ def test_a_reward_function_that_raises_is_one_hook_error_from_python_and_one_lin
     assert str(caught.value) == ("score of reward function 'raising_reward' (the batch of step 1) raised ValueError: "
                                  "the grader's database is down")
     assert isinstance(caught.value.__cause__, ValueError)
+    with pytest.raises(dynalize.HookError, match="reward function 'exiting_reward' .* SystemExit"):
+        dynalize.train(tiny(tmp_path, name="exits", reward_funcs=[trlrewards.exiting_reward]))
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     code = cli.main([f"output_dir={tmp_path}", "name=cli", "steps=1", "batch_size=8", "group_size=4",

@@ -40,3 +40,7 @@ def rm_inf(replies):
 
 def rm_short(replies):
     return [0.0] * (len(replies) - 1)
+
+
+def exiting_reward(completions, **kwargs):
+    raise SystemExit(0)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..hooks import HookError
+from ..hooks import user_code
 from ..types import Batch, Rollout
 from .base import RewardTerm, TermScores
 
@@ -157,13 +157,9 @@ class FunctionsTerm(RewardTerm):
 
     async def _call(self, f: RewardFunction, base: dict[str, Any], step: int) -> Any:
         """`f.fn` called as TRL calls it (awaited when it is a coroutine function); its errors named."""
-        try:
+        with user_code(f"reward function {f.name!r} (the batch of step {step})", "score"):
             out = f.fn(**_call_kwargs(f.fn, base))
             return await out if inspect.isawaitable(out) else out
-        except (ConfigError, HookError):
-            raise
-        except Exception as e:
-            raise HookError(f"reward function {f.name!r} (the batch of step {step})", "score", e) from e
 
     def metrics(self) -> dict[str, float]:
         out, self._metrics = self._metrics, {}
