@@ -45,7 +45,7 @@ def run(tmp_path, capsys, *extra) -> tuple[int, list[str]]:
 
 
 @pytest.mark.parametrize("what, settings", [
-    ("score of reward function test_user_code_stops:exits raised SystemExit(0) at ",
+    ("score of reward function test_user_code_stops:exits (the batch of step 1) raised SystemExit(0) at ",
      ["task.name=toytask:ToyTask", "reward_model.engine=python", "reward_model.path=test_user_code_stops:exits"]),
     ("split_reasoning of task test_user_code_stops:ExitingTask raised SystemExit(3) at ",
      ["task.name=test_user_code_stops:ExitingTask", "reward_model.engine=task"]),
@@ -64,7 +64,7 @@ def test_keyboard_interrupt_in_a_reward_function_is_the_interrupted_path_in_one_
     code, err = run(tmp_path, capsys, "task.name=toytask:ToyTask", "reward_model.engine=python",
                     "reward_model.path=test_user_code_stops:interrupts")
     assert code == 130
-    assert err[-1].startswith("interrupted: score of reward function test_user_code_stops:interrupts raised "
+    assert err[-1].startswith("interrupted: score of reward function test_user_code_stops:interrupts (the batch of step 1) raised "
                               "KeyboardInterrupt at "), err
     assert err[-1].endswith("metrics and rollouts written so far are kept")
     assert [line for line in err if not line.endswith(f"terms=['rm']")] == [err[-1]]  # the run's first log line, then it
