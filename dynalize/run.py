@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", "".join(traceback.format_exception(err.error)),  # task, then its traceback
                   sep="\n", end="", file=sys.stderr)
             return 1
-        if problem := filesystem_problem(_find(e, (OSError,))):  # a full disk, a read-only folder
+        if problem := next(filter(None, map(filesystem_problem, _walk(e))), None):  # a full disk, a read-only folder
             print(f"error: {problem}", file=sys.stderr)
             return 2
         raise
@@ -157,6 +157,13 @@ def _find(e: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseExcep
         if (found := _find(inner, kinds)) is not None:
             return found
     return None
+
+
+def _walk(e: BaseException) -> typing.Iterator[BaseException]:
+    """`e` and every exception inside it, depth first (task groups wrap what they raise)."""
+    yield e
+    for inner in getattr(e, "exceptions", ()):
+        yield from _walk(inner)
 
 
 def exit_process(status: int) -> None:
