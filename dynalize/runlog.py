@@ -37,10 +37,10 @@ def write_jsonl_atomic(path: Path, records: list[dict[str, Any]]) -> None:
     write_text_atomic(path, (json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
-def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
+def write_text_atomic(path: Path, chunks: str | Iterable[str]) -> None:
     """Write `path` whole or not at all: into `<path>.tmp`, fsynced, then renamed over `path`. On
     any failure (a full disk) the temporary file is removed and `path` is as it was."""
-    path = Path(path)
+    path, chunks = Path(path), [chunks] if isinstance(chunks, str) else chunks
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
         with naming(tmp), open(tmp, "w", encoding="utf-8") as f:
@@ -102,17 +102,20 @@ FILESYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENO
 """The errors of a disk or folder that is full, read-only, or not what a run needs."""
 
 
-RUST_IO_ERROR = re.compile(r"\(os error (\d+)\)")
-"""How a library written in Rust (safetensors, tokenizers) reports an OS error in its own exception."""
+WRAPPED_OS_ERROR = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
+"""How an OS error reads inside another exception's message: a Rust library's (safetensors,
+tokenizers: "(os error 28)") or one that collects OSErrors as text (shutil.copytree's Error)."""
 
 
 def as_os_error(e: BaseException | None) -> OSError | None:
-    """`e` as an OSError: itself, or a library's own exception that wraps one (safetensors raises
-    `SafetensorError("... No space left on device (os error 28)")`, not an OSError); else None."""
-    if isinstance(e, OSError):
+    """`e` as an OSError with its errno: itself, or one a library wrapped in its own exception
+    (safetensors raises `SafetensorError("... No space left on device (os error 28)")`, copytree
+    an errno-less `shutil.Error` listing them); else None."""
+    if isinstance(e, OSError) and e.errno is not None:
         return e
-    if e is not None and (m := RUST_IO_ERROR.search(str(e))):
-        return OSError(int(m[1]), os.strerror(int(m[1])))
+    if e is not None and (m := WRAPPED_OS_ERROR.search(str(e))):
+        code = int(m[1] or m[2])
+        return OSError(code, os.strerror(code))
     return None
 
 
@@ -129,16 +132,19 @@ def naming(path: str | Path) -> Iterator[None]:
         raise OSError(os_error.errno, os_error.strerror, str(path)) from e
 
 
-def filesystem_problem(e: BaseException | None) -> str | None:
+RESUME_HINT = "what was written before is intact: fix the cause, then --resume the run"
+
+
+def filesystem_problem(e: BaseException | None, then: str = RESUME_HINT) -> str | None:
     """One line for a file system error (a full disk, a read-only folder, a path that is not a
-    folder), naming the path and the cause; None for any other error. Files are written whole
-    (checkpoints renamed when complete, lines fsynced), so what was written before is intact."""
+    folder), naming the path and the cause, then `then`; None for any other error. A run's files
+    are written whole (checkpoints renamed when complete, lines fsynced), so what was written
+    before is intact."""
     e = as_os_error(e)
     if e is None or e.errno not in FILESYSTEM_ERRORS:
         return None
     where = f"{e.filename}: " if e.filename else ""
-    return (f"file system error: {where}{e.strerror or e} (what was written before is intact: "
-            f"fix the cause, then --resume the run)")
+    return f"file system error: {where}{e.strerror or e} ({then})"
 
 
 class RunDir:
