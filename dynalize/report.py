@@ -124,11 +124,11 @@ def baseline_index(runs: list[Run], spec: str | None) -> int:
 def build_report(args: argparse.Namespace) -> dict[str, Any]:
     """Tables and plots for the runs; returns what report.json holds."""
     runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
+    out = checked_output(Path(args.out) if args.out else runs[0].path / "plots", "--out")
     base = baseline_index(runs, args.baseline)
     metrics = [parse_metric(m) for m in args.metric] if args.metric else default_metrics(runs)
     rm_metric = parse_metric(args.rm_metric)
     window = (args.window[0], args.window[1])
-    out = checked_output(Path(args.out) if args.out else runs[0].path / "plots", "--out")
     out.mkdir(parents=True, exist_ok=True)
     md = ["# dynalize report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]
     result: dict[str, Any] = {"runs": {r.name: str(r.path) for r in runs}, "tables": [], "axes": [], "judges": [],
@@ -229,6 +229,7 @@ def rubric_report(args: argparse.Namespace) -> dict[str, Any]:
         rubric_run, summary_cells
 
     runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
+    out = checked_output(Path(args.out) if args.out else runs[0].path / "plots", "--out")
     base = baseline_index(runs, args.baseline)
     window = tuple(args.window) if args.window else None
     measured = [rubric_run(r, window) for r in runs]  # type: ignore[arg-type]
@@ -243,7 +244,6 @@ def rubric_report(args: argparse.Namespace) -> dict[str, Any]:
                   anchor_cells(measured))]
     if (cost := cost_cells(runs))[1]:  # API-backed judges: what the run spent
         sections.append(("Judge cost: tokens over the run, per API-backed role", cost))
-    out = checked_output(Path(args.out) if args.out else runs[0].path / "plots", "--out")
     out.mkdir(parents=True, exist_ok=True)
     md = ["# dynalize rubric report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]
     for title, (header, body) in sections:
@@ -325,6 +325,7 @@ async def compare_penalties(chosen: list[Any], old_run: Run, targets: list[Run],
 
 
 def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
+    out = checked_output(Path(args.out) if args.out else Path(args.penalties) / "plots", "--out")
     results, chosen, matches = anyio.run(run_audit, args)
     header = ["replies of", "step", "replies", "≥ 1 penalty", "mean per reply", "undecided verdicts"]
     body = [[r.target, str(r.step), str(r.n_replies), f"{100 * r.share_any:.1f}%", f"{r.mean_count:.3f}",
@@ -343,7 +344,6 @@ def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
     md_match = match_tables(results[0].source, matches, notes) if matches else []
     for n in notes:
         console.print(f"[yellow]note:[/] {n}")
-    out = checked_output(Path(args.out) if args.out else Path(args.penalties) / "plots", "--out")
     out.mkdir(parents=True, exist_ok=True)
     stem = f"audit_{_slug(results[0].source)}_{args.which}"
     md = [f"# {title}", "", markdown(header, body), "", markdown(per_header, per_body), ""] + md_match
