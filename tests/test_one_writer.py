@@ -130,3 +130,18 @@ def test_overwrite_keeps_the_fresh_folder_locked(tmp_path):
         hold_folder(tmp_path / "run")
     lock.release()
     hold_folder(tmp_path / "run").release()
+
+
+def test_dynalize_train_on_a_folder_another_holds_raises_folder_in_use(tmp_path):
+    import dynalize
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "runs" / "run")], env=ENV,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        overrides = dict(o.split("=", 1) for o in toy(tmp_path / "runs"))
+        with pytest.raises(FolderInUse, match=rf"run folder .* is in use by another process \(pid {holder.pid}\)"):
+            dynalize.train(None, log_level=None, **overrides)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)

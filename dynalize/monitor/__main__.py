@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from ..config import _set_dotted, parse_override
 from ..errors import ConfigError, one_line
 from ..folderlock import hold_folder
+from ..runlog import filesystem_problem
 from ..penalties.config import PenaltiesConfig
 from .readers import FORMATS, MonitorInputError, by_step, read_rollouts
 from .replay import STATE, Monitor, append_note
@@ -192,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     m = None
     try:
         lock = hold_folder(args.out, "monitor folder --out")  # one writer per folder (dynalize.folderlock)
-    except ConfigError as e:
-        print(f"monitor: {str(e).removeprefix('config error: ')}", file=sys.stderr)
+    except (ConfigError, OSError) as e:  # held by another process, not a folder, a read-only parent
+        print(f"monitor: {filesystem_problem(e, 'nothing was written') or str(e).removeprefix('config error: ')}",
+              file=sys.stderr)
         return 2
     try:
         m = open_monitor(args)
