@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ConfigError
@@ -33,8 +34,8 @@ class FolderInUse(ConfigError):
 class FolderLock:
     """An exclusive lock on one folder, held until `release()` (or the process ends)."""
 
-    def __init__(self, path: Path, fd: int, created: list[Path]):
-        self.path, self._fd, self._created = path, fd, created
+    def __init__(self, path: Path, fd: int, created: list[Path], what: str):
+        self.path, self._fd, self._created, self.what = path, fd, created, what
 
     @property
     def held(self) -> bool:
@@ -54,12 +55,12 @@ class FolderLock:
         os.close(self._fd)
         self._fd = None
 
-    def replace_aside(self, move_aside) -> Path:
+    def replace_aside(self, move_aside: Callable[[Path], Path]) -> Path:
         """With the folder locked, `move_aside(path)` (it renames the folder, returning where to),
         then create and lock a fresh, empty folder at the same path; the old one's lock is dropped
         once the new one is held. Returns where the old folder went."""
         moved = move_aside(self.path)
-        fresh = hold_folder(self.path)
+        fresh = hold_folder(self.path, self.what)
         os.close(self._fd)
         self._fd, self._created = fresh._fd, fresh._created
         fresh._fd = None
@@ -93,7 +94,7 @@ def hold_folder(path: str | Path, what: str = "folder") -> FolderLock:
             raise FolderInUse(f"config error: {what} {path} is in use by another process ({who}): "
                               f"wait for it to end, or use another folder") from None
         if _same_inode(path, fd):
-            return FolderLock(path, fd, created)
+            return FolderLock(path, fd, created, what)
         os.close(fd)  # the path names another folder now: the one we locked was moved away
     raise ConfigError(f"config error: {path} keeps being replaced by another process: could not lock it")
 

@@ -30,9 +30,6 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from .errors import ConfigError
-from .runlog import filesystem_problem, is_run_dir, write_text_atomic
-
 from .analysis.html import ROLLOUT_STEPS, write_html_report
 from .analysis.runs import (
     BENCHES,
@@ -54,6 +51,8 @@ from .analysis.tables import (
     table1,
     table1_cells,
 )
+from .errors import ConfigError
+from .runlog import filesystem_problem, is_run_dir, write_text_atomic
 
 console = Console()
 

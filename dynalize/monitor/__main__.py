@@ -32,8 +32,8 @@ from pydantic import ValidationError
 from ..config import _set_dotted, parse_override
 from ..errors import ConfigError, one_line
 from ..folderlock import hold_folder
-from ..runlog import filesystem_problem
 from ..penalties.config import PenaltiesConfig
+from ..runlog import filesystem_problem
 from .readers import FORMATS, MonitorInputError, by_step, read_rollouts
 from .replay import STATE, Monitor, append_note
 from .summary import LIVE_EXIT, patterns, summary_json, summary_table, verdict
