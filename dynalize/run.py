@@ -8,7 +8,8 @@ Dynalize on, a few minutes on a CPU).
 
 Exit codes (README.md, docs/reliability.md): 0 finished; 1 an unexpected error (a traceback; task
 code that raised: which hook, then its traceback); 2 bad input (one line: a config, a task, data,
-a run directory already in use, a resume that would change what the run is, no intact
+a run directory already in use or held by another process (one writer per folder), a link in
+it that leads out of it, a resume that would change what the run is, no intact
 checkpoint, an engine misconfigured or an API-backed model unreachable, before the run directory
 exists; a full disk or a read-only folder, without damaging anything earlier); 3 the run stopped
 itself (one line: a judge that keeps failing, too many rollouts left out; a checkpoint was
