@@ -46,7 +46,7 @@ from .config import ConfigError, RunConfig, _set_dotted, dump_config, flatten, r
 from .plugins import OBJECT_PREFIX, forget_objects, give_object, given_object, import_path, is_given
 from .resume import freeze_derived, resume_config, steps_problem
 from .folderlock import FolderLock, hold_folder
-from .runlog import RunDir, move_aside, read_jsonl
+from .runlog import RunDir, move_aside, naming, read_jsonl
 from .summary import incomplete_measurements, summary_rows, summary_table
 
 log = structlog.get_logger("dynalize.run")
@@ -335,7 +335,8 @@ async def _train_held(cfg: RunConfig, resume: bool, base: str, overwrite: bool,
         parts.run.truncate(orchestrator.next_step, state.get("eval_rows"), _event_logs(parts.terms))
         log.info("resuming", run=str(run_dir), step=orchestrator.next_step, checkpoint=ckpt.name)
     parts.run.create()
-    dump_config(cfg, run_dir / "config.yaml")
+    with naming(run_dir / "config.yaml"):  # a full disk names the file
+        dump_config(cfg, run_dir / "config.yaml")
     log.info("run", name=cfg.name, dir=str(run_dir), config=base, task=cfg.task.name, steps=cfg.steps,
              terms=[t.name for t in parts.terms])
     try:

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 from .rubrics.config import RubricConfig
-from .runlog import naming
 from .yamlload import safe_load
 
 __all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "flatten", "load_config", "parse_override",
@@ -393,6 +392,5 @@ def config_yaml(cfg: RunConfig) -> str:
 def dump_config(cfg: RunConfig, path: Path) -> None:
     """Write the fully resolved config as YAML (whole or not at all: a crash leaves the old file)."""
     tmp = path.with_name(path.name + ".tmp")
-    with naming(tmp):  # a full disk names the file
-        tmp.write_text(config_yaml(cfg), encoding="utf-8")
+    tmp.write_text(config_yaml(cfg), encoding="utf-8")
     tmp.replace(path)
