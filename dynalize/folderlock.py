@@ -11,6 +11,8 @@ The check and the mkdir race no one: a process that lost a race (the folder it l
 aside or removed before it got the lock, e.g. by `--overwrite`) sees that the path no longer
 names the inode it holds and tries again. `release(remove_created=True)` removes the folder again
 when this process made it and wrote nothing into it (a run refused for bad input leaves nothing).
+On a file system that cannot lock a folder (flock fails with another error, as on some NFS
+mounts) the folder is used unlocked, with a warning (`folderlock.unsupported`) that says so.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import structlog
+
 from .errors import ConfigError
+
+log = structlog.get_logger("dynalize.folderlock")
 
 ATTEMPTS = 20
 """How often a lock is retried when the folder was replaced under us (each retry means another
@@ -93,6 +99,9 @@ def hold_folder(path: str | Path, what: str = "folder") -> FolderLock:
             who = f"pid {holder}" if holder else "pid unknown"
             raise FolderInUse(f"config error: {what} {path} is in use by another process ({who}): "
                               f"wait for it to end, or use another folder") from None
+        except OSError as e:  # a file system that cannot lock a folder (some NFS mounts): said, not hidden
+            log.warning("folderlock.unsupported", folder=str(path), error=os.strerror(e.errno or 0),
+                        consequence="the folder is not locked: do not start a second process on it")
         if _same_inode(path, fd):
             return FolderLock(path, fd, created, what)
         os.close(fd)  # the path names another folder now: the one we locked was moved away

@@ -145,3 +145,19 @@ def test_dynalize_train_on_a_folder_another_holds_raises_folder_in_use(tmp_path)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=60)
+
+
+def test_a_file_system_that_cannot_lock_a_folder_is_used_with_a_warning(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    from structlog.testing import capture_logs
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with capture_logs() as logs:
+        lock = hold_folder(tmp_path / "nfs")
+    assert [e["event"] for e in logs] == ["folderlock.unsupported"] and (tmp_path / "nfs").is_dir()
+    lock.release()
