@@ -59,6 +59,7 @@ def one_winner(results: list[subprocess.CompletedProcess], what: str) -> None:
     assert "Traceback" not in loser.stderr
 
 
+@pytest.mark.slow
 def test_two_new_runs_of_one_name_started_together_write_one_run(tmp_path):
     results = race(tmp_path / "barrier", "dynalize.build.build_parts", "dynalize.run",
                    *[["--log-level", "ERROR", *toy(tmp_path / "runs")]] * 2)
@@ -67,6 +68,7 @@ def test_two_new_runs_of_one_name_started_together_write_one_run(tmp_path):
     assert steps == sorted(set(steps)) and len(steps) == 2
 
 
+@pytest.mark.slow
 def test_two_resumes_of_one_run_started_together_continue_it_once(tmp_path):
     root = tmp_path / "runs"
     first = subprocess.run([sys.executable, "-m", "dynalize.run", "--log-level", "ERROR", *toy(root, steps=1)],

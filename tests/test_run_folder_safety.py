@@ -89,6 +89,7 @@ def test_report_writes_under_the_runs_plots_folder(tmp_path, earlier):
     assert (earlier / "plots" / "page.html").read_text().startswith("<!")
 
 
+@pytest.mark.slow
 def test_a_resume_keeps_a_users_file_named_like_a_term(tmp_path, earlier, capsys):
     mine = "".join(json.dumps({"step": s, "note": "mine"}) + "\n" for s in range(1, 6))
     (earlier / "rm.jsonl").write_text(mine)  # an RM-only run: its `rm` term writes no log
@@ -114,6 +115,7 @@ def test_a_binary_rollouts_file_is_one_line_for_the_report(tmp_path, earlier, ca
     one_error_line(capsys.readouterr().err, "step_000002.jsonl is damaged: not UTF-8 text")
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_writing_a_checkpoint_names_the_path(tmp_path, capsys, small_disk):
     disk = small_disk("3m")
     assert main(["--log-level", "ERROR", *toy(disk), "steps=3"]) == 2  # toy(disk): runs under disk/runs
