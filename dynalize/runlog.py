@@ -5,7 +5,9 @@ dynalize.checkpoint).
 Every line is flushed and fsynced as it is written, and rollout files are written whole then
 renamed, so a crash mid-run loses at most the step in flight and never leaves a broken line. A
 run directory is never reused by accident: a new run refuses a directory that holds files,
-unless told to move it aside (`--overwrite`).
+unless told to move it aside (`--overwrite`), and any run refuses one holding a link that leads
+out of it (`links_out`). A file that is not JSON lines of objects is `DamagedFile` (one line);
+an OS error is named by the path being written (`naming`), also where a library wraps it.
 """
 
 from __future__ import annotations
