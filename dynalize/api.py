@@ -44,9 +44,9 @@ from rich.table import Table
 from .caller_state import QUIETED, kept_caller_state, use_root_handler
 from .checkpoint import checkpoints, resume_from
 from .config import ConfigError, RunConfig, _set_dotted, dump_config, flatten, read_yaml, validate
+from .folderlock import FolderLock, hold_folder
 from .plugins import OBJECT_PREFIX, forget_objects, give_object, given_object, import_path, is_given
 from .resume import freeze_derived, resume_config, steps_problem
-from .folderlock import FolderLock, hold_folder
 from .runlog import RunDir, move_aside, naming, read_jsonl
 from .summary import incomplete_measurements, penalty_rows, summary_rows, summary_table
 
