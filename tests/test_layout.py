@@ -128,7 +128,7 @@ def test_settings_modules_import_only_settings():
     graph = import_graph()
     settings = {"dynalize.config", "dynalize.penalties.config", "dynalize.backends.config", "dynalize.errors",
                 "dynalize.trl_names",  # pure data: TRL's names for the errors' hints
-                "dynalize.judge.config",
+                "dynalize.judge.config", "dynalize.yamlload",  # yamlload: YAML read with its aliases bounded
                 "dynalize.rubrics.config", "dynalize.rm.config"}
     light_packages = {"dynalize", "dynalize.penalties", "dynalize.backends", "dynalize.rubrics", "dynalize.judge",
                       "dynalize.rm"}  # their __init__ imports nothing
