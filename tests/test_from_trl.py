@@ -50,6 +50,7 @@ def trl_run(tmp_path_factory):
     return result, list(trlrewards.CALLS)
 
 
+@pytest.mark.slow
 def test_reward_functions_get_the_rows_columns_and_messages_as_trl_passes_them(trl_run):
     result, calls = trl_run
     assert len(calls) == 2  # once per step, the whole batch
@@ -66,6 +67,7 @@ def test_reward_functions_get_the_rows_columns_and_messages_as_trl_passes_them(t
     assert [c["trainer_state"].global_step for c in calls] == [0, 1]
 
 
+@pytest.mark.slow
 def test_a_list_of_weighted_functions_is_logged_per_function_and_none_adds_nothing(trl_run):
     result, calls = trl_run
     run = result.run_dir
@@ -85,6 +87,7 @@ def test_a_list_of_weighted_functions_is_logged_per_function_and_none_adds_nothi
     assert sample_rows(1, lines)[0][-3:] == [lines[0]["rewards"]["graded"], 2.0, lines[0]["reward"]]
 
 
+@pytest.mark.slow
 def test_the_html_report_shows_each_functions_score(trl_run, tmp_path):
     result, _ = trl_run
     out = tmp_path / "report.html"
@@ -94,6 +97,7 @@ def test_the_html_report_shows_each_functions_score(trl_run, tmp_path):
     assert '"rewards": {"graded": ' in page and '"every_other": null' in page
 
 
+@pytest.mark.slow
 def test_export_from_python_returns_the_path_and_never_replaces_a_run(trl_run, tmp_path):
     result, _ = trl_run
     out = dynalize.export(result.run_dir, tmp_path / "model")
@@ -234,6 +238,7 @@ def test_a_run_saves_its_template_and_an_old_run_resumes_with_the_story_template
         resume_config(old, validate({"task": {"name": "creative_writing", "args": {**args, "template": "{prompt}"}}}))
 
 
+@pytest.mark.slow
 def test_the_from_trl_example_trains_the_trl_scripts_pieces_unchanged(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "from_trl" / "train.py")], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=900)
