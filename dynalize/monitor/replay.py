@@ -29,9 +29,9 @@ from ..penalties.config import PenaltiesConfig
 from ..rewards.penalties import PenaltyTerm
 from ..runlog import RunDir, append_jsonl, read_jsonl, write_jsonl_atomic
 from ..types import Batch, Rollout
+from .outdir import STATE
 from .readers import MonitoredRollout, MonitorInputError
 
-STATE = "monitor_state.json"
 STATE_VERSION = 1
 
 

@@ -1,0 +1,108 @@
+"""What a TRL `GRPOTrainer` run says about its reward: the reward functions' names and weights.
+
+TRL's completions table (`completions/completions_NNNNN.parquet`) holds one column per reward
+function, then the columns reward functions log with `log_extra`, then `advantage`; the trainer
+sums the reward functions' columns weighted by `GRPOConfig.reward_weights` (None: all 1). The
+names are in each checkpoint's `trainer_state.json` (`rewards/<name>/mean` in its log history),
+the weights in `training_args.bin` (the pickled `GRPOConfig`, in the output folder and in each
+checkpoint). That pickle is read without running any of its code: every class it names is
+replaced by an inert record of its fields, so nothing is imported and nothing executes.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class TrlRewardSettings:
+    """What the run's own files say (None where they do not say it)."""
+
+    names: list[str] | None = None
+    """The reward functions' columns, in the trainer's order."""
+    weights: list[float] | None = None
+    """`reward_weights`, one per reward function (an explicit None in the run's args reads as all 1)."""
+    weights_set: bool = False
+    """Whether a `training_args.bin` was read (then `weights` None means all 1)."""
+    source: str = ""
+    """The files read, for messages."""
+
+
+class _Fields:
+    """An inert stand-in for any class a pickle names: it keeps the fields it is given."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.args, self.state = args, {}
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state if isinstance(state, dict) else {"state": state}
+
+
+class _InertUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return type(name, (_Fields,), {})  # never imports `module`
+
+    def persistent_load(self, pid: Any) -> None:  # tensor storages: not needed
+        return None
+
+
+def read_training_args(path: Path) -> dict[str, Any] | None:
+    """The fields of a `torch.save`d TrainingArguments (a zip holding `*/data.pkl`), or None
+    when the file is not one."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            name = next((n for n in z.namelist() if n.endswith("/data.pkl")), None)
+            if name is None:
+                return None
+            obj = _InertUnpickler(z.open(name)).load()
+    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError,
+            AttributeError, IndexError, KeyError):
+        return None
+    return obj.state if isinstance(obj, _Fields) and isinstance(obj.state, dict) else None
+
+
+def _step_of(folder: Path) -> int:
+    m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
+    return int(m.group(1)) if m else -1
+
+
+def trl_reward_settings(output_dir: Path) -> TrlRewardSettings:
+    """The reward names and weights that `output_dir` (a GRPOTrainer's output folder) records:
+    the newest checkpoint's `trainer_state.json`, and `training_args.bin` of the folder or of
+    its newest checkpoint."""
+    out = TrlRewardSettings()
+    checkpoints = sorted((p for p in output_dir.glob("checkpoint-*") if p.is_dir() and _step_of(p) >= 0),
+                         key=_step_of, reverse=True)
+    read: list[str] = []
+    for folder in checkpoints:
+        state = folder / "trainer_state.json"
+        try:
+            history = json.loads(state.read_text(encoding="utf-8")).get("log_history") or []
+        except (OSError, ValueError, AttributeError):
+            continue
+        names: list[str] = []
+        for entry in history:
+            for key in entry if isinstance(entry, dict) else ():
+                m = re.fullmatch(r"rewards/(.+)/mean", key)
+                if m and m.group(1) not in names:
+                    names.append(m.group(1))
+        if names:
+            out.names = names
+            read.append(str(state))
+            break
+    for path in [output_dir / "training_args.bin"] + [c / "training_args.bin" for c in checkpoints]:
+        if path.is_file() and (fields := read_training_args(path)) is not None:
+            weights = fields.get("reward_weights")
+            if weights is None or (isinstance(weights, list) and all(isinstance(w, int | float) for w in weights)):
+                out.weights = None if weights is None else [float(w) for w in weights]
+                out.weights_set = True
+                read.append(str(path))
+                break
+    out.source = ", ".join(read)
+    return out
