@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from ..tasks.data import MAX_ROW_CHARS
 from .readers import FORMATS
 
+from ..penalties.config import PenaltiesConfig
+
 if TYPE_CHECKING:  # the replay imports torch: loaded after the arguments are parsed (`--help` stays quick)
-    from ..penalties.config import PenaltiesConfig
-    from .readers import MonitoredRollout, ReadOptions
+    from .readers import MonitoredRollout
     from .replay import Monitor
 
 MONITOR_DEFAULTS: dict[str, Any] = {"enabled": True, "view_groups": 64, "view_per_group": 64}
@@ -92,7 +93,6 @@ def penalties_config(args: argparse.Namespace) -> PenaltiesConfig:
 
     from ..config import _set_dotted, parse_override
     from ..errors import ConfigError, one_line
-    from ..penalties.config import PenaltiesConfig
     from .readers import MonitorInputError
 
     data: dict[str, Any] = dict(MONITOR_DEFAULTS)
@@ -142,26 +142,27 @@ def source_of(args: argparse.Namespace) -> dict[str, Any]:
             "merge_steps": args.merge_steps}
 
 
-def open_monitor(args: argparse.Namespace) -> Monitor:
-    """The monitor of --out: the one it holds (its settings must not change), or a new one,
-    checked but not yet written (`Watch` starts it once the rollouts read)."""
+def open_monitor(args: argparse.Namespace) -> Monitor | PenaltiesConfig:
+    """The monitor --out holds (its settings must not change), or the settings of a new one:
+    checked, nothing written (`Watch` starts it once the rollouts read)."""
     from .outdir import STATE, out_problem
     from .readers import MonitorInputError
-    from .replay import Monitor
 
     if (problem := out_problem(args.out, args.rollouts)) is not None:
         raise MonitorInputError(f"monitor: {problem}")
-    if (args.out / STATE).exists():
-        m = Monitor.load(args.out)
-        if args.config or args.overrides or args.proposer or args.judge or args.every:
-            wanted = penalties_config(args).model_dump(mode="json")
-            if wanted != m.cfg.model_dump(mode="json"):
-                raise MonitorInputError(f"monitor: {args.out} was started with other penalty settings "
-                                        f"(see its config.yaml): continue without them, or use a new --out")
-        if m.source.get("merge_steps", 1) != args.merge_steps:
-            raise MonitorInputError(f"monitor: {args.out} was started with --merge-steps {m.source.get('merge_steps')}")
-        return m
-    return Monitor(args.out, penalties_config(args), seed=args.seed, domain=args.domain)
+    if not (args.out / STATE).exists():
+        return penalties_config(args)
+    from .replay import Monitor
+
+    m = Monitor.load(args.out)
+    if args.config or args.overrides or args.proposer or args.judge or args.every:
+        wanted = penalties_config(args).model_dump(mode="json")
+        if wanted != m.cfg.model_dump(mode="json"):
+            raise MonitorInputError(f"monitor: {args.out} was started with other penalty settings "
+                                    f"(see its config.yaml): continue without them, or use a new --out")
+    if m.source.get("merge_steps", 1) != args.merge_steps:
+        raise MonitorInputError(f"monitor: {args.out} was started with --merge-steps {m.source.get('merge_steps')}")
+    return m
 
 
 def columns(args: argparse.Namespace) -> dict[str, str]:
@@ -193,14 +194,14 @@ class Watch:
     Nothing is written before the rollouts read without a problem."""
 
     def __init__(self, args: argparse.Namespace):
-        from .outdir import STATE
         from .readers import ReadOptions
 
         self.args = args
         self.options: ReadOptions = ReadOptions(columns(args), args.reward_weights, args.max_row_chars,
                                                 growing=args.follow)
-        self.m = open_monitor(args)
-        self.started = (args.out / STATE).exists()
+        opened = open_monitor(args)
+        self.m: Monitor | None = None if isinstance(opened, PenaltiesConfig) else opened
+        self.cfg = opened if self.m is None else self.m.cfg
         self.last_signature: tuple | None = None
         self.said: set[str] = set()
         self.done = 0
@@ -230,13 +231,16 @@ class Watch:
         for line in reading.waiting:
             self.say(f"waiting: {line}")
         steps = by_step(reading.rollouts, self.args.merge_steps)
-        self.m.check_unchanged(steps)
+        if self.m is not None:
+            self.m.check_unchanged(steps)
         after = input_signature(self.args.rollouts)
         settled = before == after == self.last_signature
         self.last_signature = after
-        if not self.started:
+        if self.m is None:
+            from .replay import Monitor
+
+            self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
             self.m.start(source_of(self.args))
-            self.started = True
         n = anyio.run(monitor_once, self.m, steps, self.args.follow and not settled)
         self.done += n
         if n and self.args.follow:
@@ -296,15 +300,16 @@ def report(m: Monitor, args: argparse.Namespace) -> int:
     return LIVE_EXIT if any(p.live for p in found) else 0
 
 
-def filesystem_line(e: OSError) -> str | None:
-    """One line for a full disk, a read-only folder or a path that is not a folder; None otherwise."""
+def filesystem_line(e: OSError, out: Path) -> str | None:
+    """One line for a full disk, a read-only folder or a path that is not a folder, naming the
+    path (the --out folder when the error does not say); None for any other error."""
     import errno
 
     from ..runlog import FILESYSTEM_ERRORS
 
     if e.errno not in FILESYSTEM_ERRORS | {errno.ENOENT}:
         return None
-    where = f"{e.filename}: " if e.filename else ""
+    where = f"{e.filename or out}: "
     return (f"monitor: file system error: {where}{e.strerror or e} (what was monitored before is kept: "
             f"fix the cause, then run the same command again)")
 
@@ -324,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.poll)
             polls += 1
             watch.poll()
-        if not watch.started:  # following, and the rollouts never appeared
+        if watch.m is None:  # following, and the rollouts never appeared
             raise NotYetError(f"monitor: no rollouts at {args.rollouts} after {polls} poll(s); nothing written")
         status = report(watch.m, args)
         append_note(args.out, {"time": time.time(), "steps_monitored": watch.done, "exit": status, **source_of(args)})
@@ -336,12 +341,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"monitor stopped: {e}", file=sys.stderr)
         return 3
     except OSError as e:
-        if (line := filesystem_line(e)) is None:
+        if (line := filesystem_line(e, args.out)) is None:
             raise
         print(line, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        if watch is not None and watch.started:
+        if watch is not None and watch.m is not None:
             report(watch.m, args)
             print("monitor interrupted: what was monitored is kept; run again to continue", file=sys.stderr)
         else:

@@ -52,10 +52,15 @@ def out_problem(out: Path, rollouts: Path) -> str | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write `path` whole: a temporary file beside it, then a rename."""
+    """Write `path` whole: a temporary file beside it, then a rename (an error names `path`)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # a failed write names no file
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
