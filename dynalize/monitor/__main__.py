@@ -268,9 +268,10 @@ class StoppedError(RuntimeError):
 
 
 def console():
+    """Rich output on stderr; redirected to a log, wide enough that the table's rows stay whole."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
