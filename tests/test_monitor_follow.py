@@ -66,6 +66,14 @@ def test_follow_monitors_the_held_back_step_once_the_files_stop_changing(tmp_pat
     assert [m["step"] for m in read_jsonl(tmp_path / "out" / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
+def test_follow_takes_a_last_line_without_newline_once_the_file_is_quiet_and_it_reads_whole(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(lines(hacked_rows(3))).rstrip("\n"))  # a writer that ends no line
+    run(path, "--out", tmp_path / "out", "--follow", "--poll", "0", "--max-polls", "1", "--no-html")
+    assert [(m["step"], m["rollouts"]) for m in read_jsonl(tmp_path / "out" / "metrics.jsonl")] == [(0, 48), (1, 48),
+                                                                                                    (2, 48)]
+
+
 def test_follow_on_a_path_that_never_appears_writes_nothing(tmp_path, capsys):
     assert run(tmp_path / "missing", "--out", tmp_path / "out", "--follow", "--poll", "0", "--max-polls", "2") == 2
     assert "no rollouts at" in capsys.readouterr().err
@@ -142,6 +150,17 @@ def test_trl_reward_is_the_reward_functions_columns_weighted_as_the_run_weighs_t
     assert [r.reward for r in got] == pytest.approx(expected)
     with pytest.raises(MonitorInputError, match="differs from the run's reward_weights"):
         read_rollouts(root, options=ReadOptions(reward_weights=[1.0, 1.0]))
+
+
+def test_follow_monitors_trls_last_step_at_once_when_the_trainer_state_says_training_finished(tmp_path):
+    root = tmp_path / "trl_out"
+    _trl_run(root)
+    out = tmp_path / "out"
+    run(root, "--out", out, "--follow", "--max-polls", "0", "--reward-weights", "1,0.5", "--no-html")
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1]  # step 2 may still grow
+    (root / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2, "log_history": []}))
+    run(root, "--out", out, "--follow", "--max-polls", "0", "--reward-weights", "1,0.5", "--no-html")
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 
 
 def test_an_inert_read_of_training_args_runs_none_of_its_code(tmp_path):

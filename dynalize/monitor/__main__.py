@@ -29,7 +29,7 @@ from .readers import FORMATS
 from ..penalties.config import PenaltiesConfig
 
 if TYPE_CHECKING:  # the replay imports torch: loaded after the arguments are parsed (`--help` stays quick)
-    from .readers import MonitoredRollout
+    from .readers import MonitoredRollout, Reading
     from .replay import Monitor
 
 MONITOR_DEFAULTS: dict[str, Any] = {"enabled": True, "view_groups": 64, "view_per_group": 64}
@@ -215,37 +215,59 @@ class Watch:
     def poll(self) -> int:
         """Read the rollouts and monitor their new steps; the steps monitored. Following, the
         newest step waits for a later one, or for the files to stay unchanged over a poll (the
-        run stopped writing: its last step is complete)."""
+        run stopped writing: its last step is complete), or for TRL to say training finished."""
         import anyio
 
-        from .readers import NotYetError, by_step, read_source
+        from .readers import by_step
 
         before = input_signature(self.args.rollouts)
+        quiet = before == self.last_signature
+        reading = self.read(quiet)
+        if reading is None:
+            return 0
+        steps = by_step(reading.rollouts, self.args.merge_steps)
+        if self.m is not None:
+            self.m.check_unchanged(steps)
+        after = input_signature(self.args.rollouts)
+        self.last_signature = after
+        finished = reading.final_step is not None and max(r.step for r in reading.rollouts) >= reading.final_step
+        complete = quiet and before == after and not reading.waiting  # nothing half-written left
+        hold = self.args.follow and not complete and not finished
+        if self.m is None:
+            from .replay import Monitor
+
+            # TODO(h45run): hold the one-writer lock on --out here, before the first write
+            self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
+            self.m.start(source_of(self.args))
+        n = anyio.run(monitor_once, self.m, steps, hold)
+        self.done += n
+        if n and self.args.follow:
+            write_outputs(self.m, self.args)
+        return n
+
+    def read(self, quiet: bool) -> Reading | None:
+        """The rollouts, or None while following and there are none yet (a line says what is
+        awaited). Once the files were quiet over a poll, a last line without its newline is
+        taken when it reads whole (a writer that ends no line), else still awaited."""
+        from dataclasses import replace
+
+        from .readers import MonitorInputError, NotYetError, read_source
+
         try:
             reading = read_source(self.args.rollouts, self.args.format, self.options)
         except NotYetError as e:
             if not self.args.follow:
                 raise
             self.say(f"waiting: {str(e).removeprefix('monitor: ')}")
-            return 0
+            return None
+        if reading.waiting and quiet:
+            try:
+                return read_source(self.args.rollouts, self.args.format, replace(self.options, growing=False))
+            except MonitorInputError:
+                pass
         for line in reading.waiting:
             self.say(f"waiting: {line}")
-        steps = by_step(reading.rollouts, self.args.merge_steps)
-        if self.m is not None:
-            self.m.check_unchanged(steps)
-        after = input_signature(self.args.rollouts)
-        settled = before == after == self.last_signature
-        self.last_signature = after
-        if self.m is None:
-            from .replay import Monitor
-
-            self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
-            self.m.start(source_of(self.args))
-        n = anyio.run(monitor_once, self.m, steps, self.args.follow and not settled)
-        self.done += n
-        if n and self.args.follow:
-            write_outputs(self.m, self.args)
-        return n
+        return reading
 
 
 async def monitor_once(m: Monitor, steps: dict[int, list[MonitoredRollout]], hold_last: bool) -> int:

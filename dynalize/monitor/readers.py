@@ -95,6 +95,8 @@ class Reading:
     files: list[Path]
     waiting: list[str] = field(default_factory=list)
     """One line per file whose newest part is not complete yet (growing reads only)."""
+    final_step: int | None = None
+    """The run's last step, when its files say training finished (TRL's trainer_state.json)."""
 
 
 def detect_format(path: Path) -> str:
@@ -164,6 +166,7 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
                 files = data_files(root, "completions_*.parquet")
                 weigh = _TrlReward(root.parent if root.name == "completions" else root, cols, given, opts)
                 reading.rollouts = [weigh.rollout(r) for f in files for r in _rows(f, files, opts, reading)]
+                reading.final_step = weigh.run.finished_at
             elif fmt == "verl":
                 files = sorted(data_files(path, "*.jsonl"),
                                key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0))
@@ -186,15 +189,28 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
 
 
 def _rows(f: Path, files: list[Path], opts: ReadOptions, reading: Reading) -> list[Row]:
-    """The rows of one file. Growing: the newest file, while it holds no complete row yet (or,
-    for parquet, cannot be read yet), is left for a later poll with a line saying so."""
+    """The rows of one file. Growing: a last line without its newline is left out, and the
+    newest file, while it holds no complete row yet (or, for parquet, cannot be read yet), is
+    left for a later poll; a line says so."""
     try:
-        return read_rows(f, whole_lines_only=opts.growing)
+        rows = read_rows(f, whole_lines_only=opts.growing)
     except DataError as e:
         if not opts.growing or f != files[-1] or not (isinstance(e, NoRowsError) or f.suffix == ".parquet"):
             raise
         reading.waiting.append(f"{f}: {str(e).removeprefix('data error: ')} (still being written?)")
         return []
+    if opts.growing and f.suffix in (".jsonl", ".csv") and not _ends_a_line(f):
+        reading.waiting.append(f"{f}: its last line is not complete yet (no newline)")
+    return rows
+
+
+def _ends_a_line(f: Path) -> bool:
+    with open(f, "rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, 2)
+        return fh.read(1) == b"\n"
 
 
 _VERL = {"prompt": "input", "completion": "output", "reward": "score"}

@@ -30,6 +30,9 @@ class TrlRewardSettings:
     """`reward_weights`, one per reward function (an explicit None in the run's args reads as all 1)."""
     weights_set: bool = False
     """Whether a `training_args.bin` was read (then `weights` None means all 1)."""
+    finished_at: int | None = None
+    """The last step, when a `trainer_state.json` says training reached `max_steps` (the trainer
+    saves one at its end): no later completions will come."""
     source: str = ""
     """The files read, for messages."""
 
@@ -73,29 +76,28 @@ def _step_of(folder: Path) -> int:
 
 
 def trl_reward_settings(output_dir: Path) -> TrlRewardSettings:
-    """The reward names and weights that `output_dir` (a GRPOTrainer's output folder) records:
-    the newest checkpoint's `trainer_state.json`, and `training_args.bin` of the folder or of
-    its newest checkpoint."""
+    """The reward names and weights that `output_dir` (a GRPOTrainer's output folder) records,
+    and whether its training finished: the `trainer_state.json` of the folder or of its newest
+    checkpoint, and `training_args.bin` of the folder or of its newest checkpoint."""
     out = TrlRewardSettings()
     checkpoints = sorted((p for p in output_dir.glob("checkpoint-*") if p.is_dir() and _step_of(p) >= 0),
                          key=_step_of, reverse=True)
     read: list[str] = []
-    for folder in checkpoints:
+    for folder in [output_dir] + checkpoints:  # the first readable state: the end's, else the newest checkpoint's
         state = folder / "trainer_state.json"
         try:
-            history = json.loads(state.read_text(encoding="utf-8")).get("log_history") or []
+            saved = json.loads(state.read_text(encoding="utf-8"))
+            history = [e for e in saved.get("log_history") or [] if isinstance(e, dict)]
+            step, last = saved.get("global_step"), saved.get("max_steps")
         except (OSError, ValueError, AttributeError):
             continue
-        names: list[str] = []
-        for entry in history:
-            for key in entry if isinstance(entry, dict) else ():
-                m = re.fullmatch(r"rewards/(.+)/mean", key)
-                if m and m.group(1) not in names:
-                    names.append(m.group(1))
-        if names:
-            out.names = names
-            read.append(str(state))
-            break
+        if isinstance(step, int) and isinstance(last, int) and 0 < last <= step:
+            out.finished_at = step
+        names = list(dict.fromkeys(m.group(1) for e in history for k in e
+                                   if (m := re.fullmatch(r"rewards/(.+)/mean", k))))
+        out.names = names or None
+        read.append(str(state))
+        break
     for path in [output_dir / "training_args.bin"] + [c / "training_args.bin" for c in checkpoints]:
         if path.is_file() and (fields := read_training_args(path)) is not None:
             weights = fields.get("reward_weights")
