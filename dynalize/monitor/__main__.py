@@ -220,19 +220,20 @@ class Watch:
 
         from .readers import by_step
 
-        before = input_signature(self.args.rollouts)
-        quiet = before == self.last_signature
+        follow = self.args.follow
+        before = input_signature(self.args.rollouts) if follow else None
+        quiet = follow and before == self.last_signature
         reading = self.read(quiet)
         if reading is None:
             return 0
         steps = by_step(reading.rollouts, self.args.merge_steps)
         if self.m is not None:
             self.m.check_unchanged(steps)
-        after = input_signature(self.args.rollouts)
+        after = input_signature(self.args.rollouts) if follow else None
         self.last_signature = after
         finished = reading.final_step is not None and max(r.step for r in reading.rollouts) >= reading.final_step
         complete = quiet and before == after and not reading.waiting  # nothing half-written left
-        hold = self.args.follow and not complete and not finished
+        hold = follow and not complete and not finished
         if self.m is None:
             from .replay import Monitor
 
@@ -241,7 +242,7 @@ class Watch:
             self.m.start(source_of(self.args))
         n = anyio.run(monitor_once, self.m, steps, hold)
         self.done += n
-        if n and self.args.follow:
+        if n and follow:
             write_outputs(self.m, self.args)
         return n
 
@@ -253,19 +254,20 @@ class Watch:
 
         from .readers import MonitorInputError, NotYetError, read_source
 
+        reading: Reading | None = None
         try:
             reading = read_source(self.args.rollouts, self.args.format, self.options)
+            waiting = reading.waiting
         except NotYetError as e:
             if not self.args.follow:
                 raise
-            self.say(f"waiting: {str(e).removeprefix('monitor: ')}")
-            return None
-        if reading.waiting and quiet:
+            waiting = [str(e).removeprefix("monitor: ")]
+        if waiting and quiet:
             try:
                 return read_source(self.args.rollouts, self.args.format, replace(self.options, growing=False))
             except MonitorInputError:
                 pass
-        for line in reading.waiting:
+        for line in waiting:
             self.say(f"waiting: {line}")
         return reading
 

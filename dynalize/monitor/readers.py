@@ -29,7 +29,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,7 @@ def read_rollouts(path: str | Path, fmt: str = "auto", columns: dict[str, str] |
     """Every rollout under `path`, in file order. `columns` renames the plain format's columns."""
     opts = options or ReadOptions()
     if columns is not None:
-        opts.columns = dict(columns)
+        opts = replace(opts, columns=dict(columns))
     return read_source(Path(path), fmt, opts).rollouts
 
 
@@ -352,6 +352,10 @@ class _TrlReward:
             if missing:
                 raise MonitorInputError(f"monitor: {row.where}: no column for the reward function(s) "
                                         f"{', '.join(missing)} that {self.run.source} names")
+            if weights is None and len(names) > 1:
+                raise MonitorInputError(f"monitor: {row.where}: the run's reward functions are {', '.join(names)} "
+                                        f"({self.run.source}) but no readable training_args.bin says their weights: "
+                                        f"pass --reward-weights W1,W2,... (1 each by default)")
         elif weights is not None:
             names = after[: len(weights)]
         elif len(after) == 1:
