@@ -47,7 +47,7 @@ from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
 from .tasks.base import Task
 from .trackers import Trackers
-from .types import Batch, Rollout, TrainSequence
+from .types import Batch, Rollout, TrainSequence, output_step
 
 log = structlog.get_logger("dynalize.loop")
 
@@ -103,7 +103,7 @@ def step_labelled(event: dict[str, Any], batch: int) -> dict[str, Any]:
     """A term's event (`batch` when it names none) with its batch numbers as the step they happened
     in (batch k is step k + 1: the convention of every output, training steps completed)."""
     out = {"step": batch, **event}
-    return {k: v + 1 if k in STEP_FIELDS and isinstance(v, int) else v for k, v in out.items()}
+    return {k: output_step(v) if k in STEP_FIELDS and isinstance(v, int) else v for k, v in out.items()}
 
 
 def _stats(name: str, values: list[float]) -> dict[str, float]:
@@ -279,7 +279,7 @@ class Orchestrator:
         if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
         if stop:
-            log.error("run.stopped", step=step + 1, reason=stop)
+            log.error("run.stopped", step=output_step(step), reason=stop)
             raise RunStopped(f"{stop} (stopped after step {step + 1}; checkpoint written: fix the cause, then "
                              f"--resume {p.run.root})")
         return record
@@ -301,7 +301,7 @@ class Orchestrator:
         self.left_out_total += left_out
         self.left_out.add(left_out, len(batch.rollouts))
         if left_out:
-            log.warning("groups with unscored rollouts are left out of the update", step=batch.step,
+            log.warning("groups with unscored rollouts are left out of the update", step=output_step(batch.step),
                         rollouts=left_out, total=self.left_out_total)
         record.update({"left_out": left_out, "left_out_total": self.left_out_total,
                        "left_out_rate": left_out / len(batch.rollouts) if batch.rollouts else 0.0})
@@ -325,7 +325,7 @@ class Orchestrator:
         groups, dropped, staleness = split_stale(groups, self.p.learner.version, self.p.cfg.max_off_policy_steps)
         self.dropped_total += dropped
         if dropped:
-            log.warning("dropped stale rollouts", step=step, dropped=dropped, total=self.dropped_total)
+            log.warning("dropped stale rollouts", step=output_step(step), dropped=dropped, total=self.dropped_total)
         record.update({"staleness": {str(k): v for k, v in sorted(staleness.items())}, "dropped": dropped,
                        "dropped_total": self.dropped_total})
         return Batch(step=step, groups=groups), gen_time

@@ -130,9 +130,16 @@ class Rollout:
         }
 
 
+def output_step(batch: int) -> int:
+    """The step a batch is labelled with in every output (files, metrics, log lines): batches count
+    from 0, steps are training steps completed once that batch has trained (batch k is step k + 1)."""
+    return batch + 1
+
+
 @dataclass
 class Batch:
-    """The rollouts of one training step, grouped by prompt."""
+    """The rollouts of one training step, grouped by prompt (`step`: the batch's number, from 0;
+    outputs name it `output_step(step)`)."""
 
     step: int
     groups: list[list[Rollout]]
