@@ -184,7 +184,7 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
         raise MonitorInputError(f"monitor: cannot read {e.filename or path}: {e.strerror or e}") from None
     reading.files = files
     if not reading.rollouts:
-        raise NotYetError(f"monitor: no complete rollout yet in {path}: " + "; ".join(reading.waiting))
+        raise NotYetError(f"monitor: no complete rollout yet in {path}" + "".join(f"; {w}" for w in reading.waiting))
     return reading
 
 
