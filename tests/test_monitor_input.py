@@ -192,6 +192,12 @@ def test_an_out_inside_a_run_or_a_checkpoint_is_refused_and_nothing_is_written_t
     (loose / "manifest.json").write_text("{}")
     assert run(path, "--out", loose / "watch") == 2
     assert "inside the checkpoint" in one_line(capsys)
+    trl_ckpt = tmp_path / "trl_out" / "checkpoint-500"  # a trainer rotating checkpoints deletes it whole
+    trl_ckpt.mkdir(parents=True)
+    (trl_ckpt / "trainer_state.json").write_text("{}")
+    assert run(path, "--out", trl_ckpt / "watch") == 2
+    assert "inside the checkpoint" in one_line(capsys)
+    assert run(path, "--out", tmp_path / "trl_out" / "watch") in (0, LIVE_EXIT)  # beside it is fine
     assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
 
 

@@ -1,8 +1,8 @@
 """The monitor's output folder: where it may be, and how its files are written.
 
 `--out` is checked before anything is written: it must be (or become) a folder of its own,
-never a file, never inside a dynalize run or a checkpoint (whose files the monitor's would
-replace or mix with), never inside the rollouts it reads nor holding them. The files that are
+never a file, never inside a dynalize run or a checkpoint (dynalize's, or a transformers
+trainer's `checkpoint-N/`, which the trainer deletes when it rotates checkpoints), never inside the rollouts it reads nor holding them. The files that are
 rewritten as the monitor goes (summary.json, report.html) are written whole then renamed, so a
 reader never sees half of one.
 """
@@ -10,6 +10,7 @@ reader never sees half of one.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from ..checkpoint import MANIFEST
@@ -42,13 +43,20 @@ def out_problem(out: Path, rollouts: Path) -> str | None:
         ours = d == o and (d / STATE).is_file()
         if not ours and (d / STATE).is_file():
             return f"--out {out} is inside the monitor folder {d}: choose a folder outside it"
-        if not ours and (is_run_dir(d) or (d / MANIFEST).is_file()):
-            what = "checkpoint" if (d / MANIFEST).is_file() else "run"
+        if not ours and (is_run_dir(d) or is_checkpoint(d)):
+            what = "checkpoint" if is_checkpoint(d) else "run"
             return (f"--out {out} is inside the {what} {d}: the monitor never writes into a run's folder; "
                     f"choose a folder outside it")
     if out.is_dir() and not (out / STATE).is_file() and any(out.iterdir()):
         return f"--out {out} exists and is not a monitor folder: choose a new --out"
     return None
+
+
+def is_checkpoint(folder: Path) -> bool:
+    """A dynalize checkpoint (its manifest.json), or a transformers/TRL one (`checkpoint-N/` with
+    its trainer_state.json: the trainer deletes old ones, anything inside them too)."""
+    return (folder / MANIFEST).is_file() or (re.fullmatch(r"checkpoint-\d+", folder.name) is not None
+                                             and (folder / "trainer_state.json").is_file())
 
 
 def write_atomic(path: Path, text: str) -> None:
