@@ -343,7 +343,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ..errors import ConfigError
     from .readers import NotYetError
-    from .replay import append_note
 
     watch = None
     try:
@@ -357,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         if watch.m is None:  # following, and the rollouts never appeared
             raise NotYetError(f"monitor: no rollouts at {args.rollouts} after {polls} poll(s); nothing written")
         status = report(watch.m, args)
+        from .replay import append_note
+
         append_note(args.out, {"time": time.time(), "steps_monitored": watch.done, "exit": status, **source_of(args)})
         return status
     except ConfigError as e:

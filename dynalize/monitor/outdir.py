@@ -13,8 +13,11 @@ import os
 import re
 from pathlib import Path
 
-from ..checkpoint import MANIFEST
 from ..runlog import is_run_dir
+
+MANIFEST = "manifest.json"
+"""dynalize.checkpoint.MANIFEST, the mark of a checkpoint (that module imports torch: a bad
+input is told in a second, not after loading it)."""
 
 STATE = "monitor_state.json"
 """The file that marks a monitor folder (replay.py writes it)."""
