@@ -7,10 +7,14 @@ reports read (metrics.jsonl, rollouts/, penalties.jsonl, report.html) and an exi
 Nothing of training changes; the policy never sees a penalty.
 
 Run it again on the same --out as the run writes more steps: it continues where it stopped,
-exactly as one replay of all steps would. `--follow` polls the rollouts until interrupted.
+exactly as one replay of all steps would. `--follow` polls the rollouts until interrupted:
+it waits for them to appear, reads a file being written as far as it is complete, and writes
+summary.json and report.html as it goes (`Watch`). Nothing is written before the rollouts and
+--out are checked (outdir.py).
 
 Exit status: 0 no discovered pattern is live at the last step; 10 one or more are (the reward
-pays for them now); 2 bad input; 3 the judge or proposer kept failing (the line says which);
+pays for them now); 2 bad input, an unusable --out or a file system error (one line); 3 the
+judge or proposer kept failing (the line says which);
 1 an unexpected error; 130 interrupted (what was monitored is kept).
 """
 

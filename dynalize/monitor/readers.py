@@ -35,7 +35,11 @@ from typing import Any
 
 from ..tasks.data import MAX_ROW_CHARS, DataError, NoRowsError, Row, read_rows, row_cap
 from ..types import Message
-from .trl_args import trl_reward_settings
+from .errors import MonitorInputError, NotYetError
+from .trl_args import reward_columns, trl_reward_settings
+
+__all__ = ["MonitorInputError", "NotYetError", "MonitoredRollout", "ReadOptions", "Reading", "by_step",
+           "read_rollouts", "read_source"]
 
 FORMATS = ("auto", "plain", "trl", "verl", "openrlhf")
 COLUMNS = ("step", "prompt", "completion", "messages", "reward", "group")
@@ -43,15 +47,6 @@ DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 MAX_STEP = 10**12
 """The largest step the monitor takes: past any run's step count (a sample or token counter
 logged as the step included), and exact as a float. A larger one is a broken log."""
-
-
-class MonitorInputError(DataError):
-    """Rollouts the monitor cannot read; the message is one line naming the file (and row)."""
-
-
-class NotYetError(MonitorInputError):
-    """The rollouts are not there yet (no such path, no rollout file, no complete row):
-    `--follow` waits for them, a one-off monitor stops with this line."""
 
 
 @dataclass
@@ -325,52 +320,17 @@ class _TrlReward:
     def __init__(self, output_dir: Path, cols: dict[str, str], given: dict[str, str], opts: ReadOptions):
         self.cols, self.given, self.opts = cols, given, opts
         self.run = trl_reward_settings(output_dir)
-        self.weights = self._weights()
         self.chosen: list[tuple[str, float]] | None = None
 
-    def _weights(self) -> list[float] | None:
-        flag, run = self.opts.reward_weights, self.run
-        if flag is not None and run.weights_set and run.weights is not None and flag != run.weights:
-            raise MonitorInputError(f"monitor: --reward-weights {','.join(map(str, flag))} differs from the run's "
-                                    f"reward_weights {run.weights} ({run.source}): leave the flag out")
-        if flag is not None:
-            return flag
-        if run.weights_set:
-            return run.weights if run.weights is not None else ([1.0] * len(run.names) if run.names else None)
-        return None
-
     def columns(self, row: Row) -> list[tuple[str, float]]:
-        """(column, weight) of each reward function, decided from the first row's columns."""
+        """(column, weight) of each reward function, decided from the first row's columns: those
+        between `completion` and `advantage` are the reward functions' and log_extra's."""
         keys = list(row.data)
         start = keys.index(self.cols["completion"]) + 1 if self.cols["completion"] in keys else 0
         end = keys.index("advantage") if "advantage" in keys else len(keys)
         skip = {self.cols[c] for c in ("step", "prompt", "completion", "messages", "group")}
         after = [k for k in keys[start:end] if k not in skip]
-        names, weights = self.run.names, self.weights
-        if names is not None:
-            missing = [n for n in names if n not in keys]
-            if missing:
-                raise MonitorInputError(f"monitor: {row.where}: no column for the reward function(s) "
-                                        f"{', '.join(missing)} that {self.run.source} names")
-            if weights is None and len(names) > 1:
-                raise MonitorInputError(f"monitor: {row.where}: the run's reward functions are {', '.join(names)} "
-                                        f"({self.run.source}) but no readable training_args.bin says their weights: "
-                                        f"pass --reward-weights W1,W2,... (1 each by default)")
-        elif weights is not None:
-            names = after[: len(weights)]
-        elif len(after) == 1:
-            names, weights = after, [1.0]
-        else:
-            raise MonitorInputError(
-                f"monitor: {row.where}: cannot tell the reward functions' columns from log_extra columns among "
-                f"{', '.join(after) or '(none)'}: no training_args.bin or checkpoint says them; pass "
-                f"--reward-weights W1,W2,... (the run's reward_weights, one per reward function, 1 each by default) "
-                f"or --column reward=NAME")
-        weights = weights if weights is not None else [1.0] * len(names)
-        if len(weights) != len(names):
-            raise MonitorInputError(f"monitor: {len(weights)} reward weight(s) for {len(names)} reward function "
-                                    f"column(s) ({', '.join(names)}) in {row.where}")
-        return list(zip(names, weights))
+        return reward_columns(self.run, self.opts.reward_weights, keys, after, row.where)
 
     def rollout(self, row: Row) -> MonitoredRollout:
         cols = self.cols

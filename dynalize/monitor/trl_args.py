@@ -1,4 +1,5 @@
-"""What a TRL `GRPOTrainer` run says about its reward: the reward functions' names and weights.
+"""What a TRL `GRPOTrainer` run says about its reward: the reward functions' names and weights,
+and which columns of its completions table they weigh.
 
 TRL's completions table (`completions/completions_NNNNN.parquet`) holds one column per reward
 function, then the columns reward functions log with `log_extra`, then `advantage`; the trainer
@@ -18,6 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .errors import MonitorInputError
 
 
 @dataclass
@@ -108,3 +111,48 @@ def trl_reward_settings(output_dir: Path) -> TrlRewardSettings:
                 break
     out.source = ", ".join(read)
     return out
+
+
+def _weights(run: TrlRewardSettings, flag: list[float] | None) -> list[float] | None:
+    """The weights: `--reward-weights`, else the run's (None: not known); both must agree."""
+    if flag is not None and run.weights_set and run.weights is not None and flag != run.weights:
+        raise MonitorInputError(f"monitor: --reward-weights {','.join(map(str, flag))} differs from the run's "
+                                f"reward_weights {run.weights} ({run.source}): leave the flag out")
+    if flag is not None:
+        return flag
+    if run.weights_set:
+        return run.weights if run.weights is not None else ([1.0] * len(run.names) if run.names else None)
+    return None
+
+
+def reward_columns(run: TrlRewardSettings, flag: list[float] | None, keys: list[str], after: list[str],
+                   where: str) -> list[tuple[str, float]]:
+    """(column, weight) of each reward function of a completions table with columns `keys`,
+    `after` those between `completion` and `advantage`: the names the run's files give, else
+    the first len(weights) of `after` (TRL writes the reward functions' columns before the
+    log_extra ones), else the one column there is; otherwise one line asking for the weights."""
+    names, weights = run.names, _weights(run, flag)
+    if names is not None:
+        missing = [n for n in names if n not in keys]
+        if missing:
+            raise MonitorInputError(f"monitor: {where}: no column for the reward function(s) "
+                                    f"{', '.join(missing)} that {run.source} names")
+        if weights is None and len(names) > 1:
+            raise MonitorInputError(f"monitor: {where}: the run's reward functions are {', '.join(names)} "
+                                    f"({run.source}) but no readable training_args.bin says their weights: "
+                                    f"pass --reward-weights W1,W2,... (1 each by default)")
+    elif weights is not None:
+        names = after[: len(weights)]
+    elif len(after) == 1:
+        names, weights = after, [1.0]
+    else:
+        raise MonitorInputError(
+            f"monitor: {where}: cannot tell the reward functions' columns from log_extra columns among "
+            f"{', '.join(after) or '(none)'}: no training_args.bin or checkpoint says them; pass "
+            f"--reward-weights W1,W2,... (the run's reward_weights, one per reward function, 1 each by default) "
+            f"or --column reward=NAME")
+    weights = weights if weights is not None else [1.0] * len(names)
+    if len(weights) != len(names):
+        raise MonitorInputError(f"monitor: {len(weights)} reward weight(s) for {len(names)} reward function "
+                                f"column(s) ({', '.join(names)}) in {where}")
+    return list(zip(names, weights))
