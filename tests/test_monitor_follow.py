@@ -142,8 +142,8 @@ def test_trl_reward_is_the_reward_functions_columns_weighted_as_the_run_weighs_t
     # the run's own files: trainer_state.json names the reward functions, training_args.bin weighs them
     ckpt = root / "checkpoint-2"
     ckpt.mkdir()
-    (ckpt / "trainer_state.json").write_text(json.dumps({"log_history": [
-        {"step": 1, "reward": 0.1, "rewards/rm/mean": 0.0, "rewards/length_bonus/mean": 2.0}]}))
+    (ckpt / "trainer_state.json").write_text(json.dumps({"log_history": [  # the trainer's log keys are sorted
+        {"step": 1, "reward": 0.1, "rewards/length_bonus/mean": 2.0, "rewards/rm/mean": 0.0}]}))
     torch.save(GRPOConfig(output_dir=str(root), reward_weights=[1.0, 0.5], use_cpu=True, bf16=False,
                           report_to="none"), ckpt / "training_args.bin")
     got = read_rollouts(root / "completions")
@@ -160,6 +160,47 @@ def test_follow_monitors_trls_last_step_at_once_when_the_trainer_state_says_trai
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1]  # step 2 may still grow
     (root / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2, "log_history": []}))
     run(root, "--out", out, "--follow", "--max-polls", "0", "--reward-weights", "1,0.5", "--no-html")
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_real_trl_run_is_read_with_its_own_reward_weights_and_its_last_step_at_once(tmp_path):
+    """GRPOTrainer on the tiny policy: two reward functions weighted 1 and 0.5, one logging a
+    numeric log_extra column, a checkpoint at the end; the monitor, following, takes the run's
+    weights from its files and monitors the last step at once (training finished)."""
+    import pandas as pd
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from dynalize import tiny
+
+    path = tiny.resolve("tiny:policy")
+    torch.manual_seed(0)
+
+    def words(completions, log_extra=None, **kw):
+        texts = [c[-1]["content"] for c in completions]
+        log_extra("n_chars", [float(len(t)) for t in texts])
+        return [float(len(t.split())) for t in texts]
+
+    def vowels(completions, **kw):
+        return [sum(ch in "aeiou" for ch in c[-1]["content"]) / max(1, len(c[-1]["content"])) for c in completions]
+
+    root = tmp_path / "trl_out"
+    args = GRPOConfig(output_dir=str(root), per_device_train_batch_size=8, num_generations=4, max_completion_length=12,
+                      max_steps=2, logging_steps=1, save_strategy="steps", save_steps=2, log_completions=True,
+                      reward_weights=[1.0, 0.5], report_to=[], use_cpu=True, bf16=False, disable_tqdm=True)
+    GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[words, vowels], args=args,
+                train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": f"topic {i}"}]}
+                                                 for i in range(16)]),
+                processing_class=AutoTokenizer.from_pretrained(path)).train()
+    tables = [pd.read_parquet(p) for p in sorted((root / "completions").glob("*.parquet"))]
+    assert all("n_chars" in t.columns for t in tables)
+    expected = [w + 0.5 * v for t in tables for w, v in zip(t["words"], t["vowels"])]
+    assert [r.reward for r in read_rollouts(root / "completions")] == pytest.approx(expected)
+    out = tmp_path / "watch"
+    run(root / "completions", "--out", out, "--follow", "--max-polls", "0", "--no-html")
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [1, 2]
 
 

@@ -28,7 +28,8 @@ class TrlRewardSettings:
     """What the run's own files say (None where they do not say it)."""
 
     names: list[str] | None = None
-    """The reward functions' columns, in the trainer's order."""
+    """The reward functions' columns (in the log's order, which is sorted: the table's column
+    order is the trainer's)."""
     weights: list[float] | None = None
     """`reward_weights`, one per reward function (an explicit None in the run's args reads as all 1)."""
     weights_set: bool = False
@@ -137,6 +138,7 @@ def reward_columns(run: TrlRewardSettings, flag: list[float] | None, keys: list[
         if missing:
             raise MonitorInputError(f"monitor: {where}: no column for the reward function(s) "
                                     f"{', '.join(missing)} that {run.source} names")
+        names = [k for k in keys if k in set(names)]  # the trainer's order (the log's keys are sorted)
         if weights is None and len(names) > 1:
             raise MonitorInputError(f"monitor: {where}: the run's reward functions are {', '.join(names)} "
                                     f"({run.source}) but no readable training_args.bin says their weights: "
