@@ -148,12 +148,10 @@ def source_of(args: argparse.Namespace) -> dict[str, Any]:
 
 def open_monitor(args: argparse.Namespace) -> Monitor | PenaltiesConfig:
     """The monitor --out holds (its settings must not change), or the settings of a new one:
-    checked, nothing written (`Watch` starts it once the rollouts read)."""
-    from .outdir import STATE, out_problem
+    checked, nothing written (`Watch` starts it once the rollouts read). --out is locked."""
+    from .outdir import STATE
     from .readers import MonitorInputError
 
-    if (problem := out_problem(args.out, args.rollouts)) is not None:
-        raise MonitorInputError(f"monitor: {problem}")
     if not (args.out / STATE).exists():
         return penalties_config(args)
     from .replay import Monitor
@@ -194,21 +192,39 @@ def input_signature(path: Path) -> tuple[tuple[str, int, int], ...]:
 
 
 class Watch:
-    """One invocation: the settings checked, then polls of the rollouts into the monitor folder.
-    Nothing is written before the rollouts read without a problem."""
+    """One invocation: --out and the settings checked, --out locked, then polls of the rollouts
+    into the monitor folder. Nothing is written before the rollouts read without a problem (the
+    folder made to hold the lock is removed again if nothing was)."""
 
     def __init__(self, args: argparse.Namespace):
-        from .readers import ReadOptions
+        from ..errors import ConfigError
+        from ..folderlock import hold_folder
+        from .outdir import out_problem
+        from .readers import MonitorInputError, ReadOptions
 
         self.args = args
         self.options: ReadOptions = ReadOptions(columns(args), args.reward_weights, args.max_row_chars,
                                                 growing=args.follow)
-        opened = open_monitor(args)
+        if (problem := out_problem(args.out, args.rollouts)) is not None:
+            raise MonitorInputError(f"monitor: {problem}")
+        try:  # one writer per folder (dynalize.folderlock): the folder is made, empty, to hold the lock
+            self.lock = hold_folder(args.out, "monitor folder --out")
+        except ConfigError as e:  # held by another process
+            raise MonitorInputError(f"monitor: {str(e).removeprefix('config error: ')}") from None
+        try:
+            opened = open_monitor(args)
+        except BaseException:
+            self.lock.release(remove_created=True)
+            raise
         self.m: Monitor | None = None if isinstance(opened, PenaltiesConfig) else opened
         self.cfg = opened if self.m is None else self.m.cfg
         self.last_signature: tuple | None = None
         self.said: set[str] = set()
         self.done = 0
+
+    def release(self) -> None:
+        """Let go of --out's lock; remove the folder made for it when nothing was written."""
+        self.lock.release(remove_created=self.m is None)
 
     def say(self, line: str) -> None:
         """Print a waiting line once."""
@@ -241,7 +257,6 @@ class Watch:
         if self.m is None:
             from .replay import Monitor
 
-            # TODO(h45run): hold the one-writer lock on --out here, before the first write
             self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
             self.m.start(source_of(self.args))
         n = anyio.run(monitor_once, self.m, steps, hold)
@@ -382,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("monitor interrupted before any rollout was read: nothing written", file=sys.stderr)
         return 130
+    finally:
+        if watch is not None:
+            watch.release()
 
 
 if __name__ == "__main__":
