@@ -74,6 +74,13 @@ def test_follow_takes_a_last_line_without_newline_once_the_file_is_quiet_and_it_
                                                                                                     (2, 48)]
 
 
+def test_follow_with_reward_weights_waits_for_trls_first_table(tmp_path, capsys):
+    (tmp_path / "trl_out" / "completions").mkdir(parents=True)  # made by the trainer before its first log
+    assert run(tmp_path / "trl_out" / "completions", "--out", tmp_path / "out", "--follow", "--poll", "0",
+               "--max-polls", "1", "--reward-weights", "1,0.5") == 2
+    assert "no rollouts at" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_follow_on_a_path_that_never_appears_writes_nothing(tmp_path, capsys):
     assert run(tmp_path / "missing", "--out", tmp_path / "out", "--follow", "--poll", "0", "--max-polls", "2") == 2
     assert "no rollouts at" in capsys.readouterr().err

@@ -141,7 +141,7 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
     MonitorInputError (one line); NotYetError when there is nothing to read yet."""
     if not path.exists():
         raise NotYetError(f"monitor: no such file or folder: {path}")
-    fmt = detect_format(path) if fmt == "auto" else fmt
+    detected, fmt = fmt == "auto", detect_format(path) if fmt == "auto" else fmt
     given = dict(opts.columns)
     cols = {c: c for c in COLUMNS} | given
     unknown = set(cols) - set(COLUMNS)
@@ -149,6 +149,8 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
         raise MonitorInputError(f"monitor: --column: unknown name(s) {', '.join(sorted(unknown))} "
                                 f"(known: {', '.join(COLUMNS)})")
     if opts.reward_weights is not None and fmt != "trl":
+        if detected and path.is_dir():
+            data_files(path)  # a TRL folder before its first table reads as an empty plain one: not yet
         raise MonitorInputError(f"monitor: --reward-weights is for TRL runs (--format trl); {path} reads as {fmt}")
     reading = Reading([], [])
     try:
