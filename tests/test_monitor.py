@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from dynalize.monitor.__main__ import main
-from dynalize.monitor.readers import by_step, read_rollouts
+from dynalize.monitor.readers import ReadOptions, by_step, read_rollouts
 from dynalize.monitor.summary import LIVE_EXIT
 from dynalize.runlog import read_jsonl
 
@@ -65,7 +65,8 @@ def test_each_framework_format_reads_as_the_same_rollouts(tmp_path):
                                               "score": r["reward"], "step": step} for r in rows if r["step"] == step])
     expected = [(r["step"], r["completion"], round(r["reward"], 9)) for r in rows]
     for path in (plain, tmp_path / "plain.csv", tmp_path / "trl", verl):
-        got = read_rollouts(path)
+        # two reward columns and no training_args.bin: the weights come from --reward-weights
+        got = read_rollouts(path, options=ReadOptions(reward_weights=[1.0, 1.0]) if path.name == "trl" else None)
         assert [(g.step, g.replies[0], round(g.reward, 9)) for g in got] == expected, path
         assert [g.prompt[-1].content for g in got] == [r["prompt"] for r in rows]
         assert len({g.group for g in got if g.step == 0}) == len({r["prompt"] for r in rows if r["step"] == 0})

@@ -9,13 +9,16 @@ Formats (`--format`, detected when `auto`):
   in one step; default: the prompt's text). A dynalize run's `rollouts/` folder reads as plain.
 - `trl`: TRL's `GRPOTrainer` with `log_completions=True` writes `<output_dir>/completions/
   completions_NNNNN.parquet` (columns step, prompt, completion, one column per reward function,
-  extra columns, advantage). The reward is the sum of the numeric columns other than `step` and
-  `advantage` unless `--column reward=NAME` names one.
+  the reward functions' `log_extra` columns, advantage). The reward is the reward functions'
+  columns weighted as the trainer weighs them (`reward_weights`, read from the run's
+  training_args.bin and trainer_state.json when present, else `--reward-weights`; trl_args.py),
+  unless `--column reward=NAME` names one column.
 - `verl`: verl with `trainer.rollout_data_dir=DIR` writes `DIR/<step>.jsonl` (input, output,
   score, step, and extra reward infos); a group is the rollouts of one `input`.
 - `openrlhf`: OpenRLHF logs one sample per step to W&B as the table `train/generated_samples`
-  (global_step, text, reward), saved in the W&B run folder (`wandb/run-…`), under `media/table/train` of its `files`; each table
-  file holds all earlier rows too, so the newest is read. `text` is prompt and reply decoded
+  (global_step, text, reward), saved in the W&B run folder (`wandb/run-…`), under
+  `media/table/train` of its `files`; each table file holds all earlier rows too, so the one of
+  the highest W&B step (in its name) is read. `text` is prompt and reply decoded
   together. With one sample a step, the rows of a monitored step form one group: use
   `--merge-steps K` (K logged steps monitored as one) so that a group has replies to compare.
 """
@@ -24,21 +27,40 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..tasks.data import DataError, Row, read_rows
+from ..tasks.data import MAX_ROW_CHARS, DataError, NoRowsError, Row, read_rows, row_cap
 from ..types import Message
+from .errors import MonitorInputError, NotYetError
+from .trl_args import reward_columns, trl_reward_settings
+
+__all__ = ["MonitorInputError", "NotYetError", "MonitoredRollout", "ReadOptions", "Reading", "by_step",
+           "read_rollouts", "read_source"]
 
 FORMATS = ("auto", "plain", "trl", "verl", "openrlhf")
 COLUMNS = ("step", "prompt", "completion", "messages", "reward", "group")
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+MAX_STEP = 10**12
+"""The largest step the monitor takes: past any run's step count (a sample or token counter
+logged as the step included), and exact as a float. A larger one is a broken log."""
 
 
-class MonitorInputError(DataError):
-    """Rollouts the monitor cannot read; the message is one line naming the file (and row)."""
+@dataclass
+class ReadOptions:
+    """How the rollouts are read: the columns' names, TRL's reward weights, the row cap, and
+    whether the files are still being written (`growing`: `--follow`)."""
+
+    columns: dict[str, str] = field(default_factory=dict)
+    reward_weights: list[float] | None = None
+    """`--reward-weights`: TRL's `reward_weights` when the run's files do not say them."""
+    max_row_chars: int = MAX_ROW_CHARS
+    growing: bool = False
+    """A last line without its newline is left out, and so is a newest parquet or W&B table file
+    that cannot be read yet (its writer has not finished it): both are read at a later poll."""
 
 
 @dataclass
@@ -58,6 +80,18 @@ class MonitoredRollout:
     @property
     def replies(self) -> list[str]:
         return [m.content for m in self.turns if m.role == "assistant"]
+
+
+@dataclass
+class Reading:
+    """One read of the rollouts: what was read, from which files, and the files left for later."""
+
+    rollouts: list[MonitoredRollout]
+    files: list[Path]
+    waiting: list[str] = field(default_factory=list)
+    """One line per file whose newest part is not complete yet (growing reads only)."""
+    final_step: int | None = None
+    """The run's last step, when its files say training finished (TRL's trainer_state.json)."""
 
 
 def detect_format(path: Path) -> str:
@@ -84,37 +118,96 @@ def data_files(path: Path, pattern: str = "*") -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise MonitorInputError(f"monitor: no such file or folder: {path}")
+        raise NotYetError(f"monitor: no such file or folder: {path}")
     root = path / "rollouts" if (path / "rollouts").is_dir() else path
     files = sorted(p for p in root.glob(pattern) if p.is_file() and p.suffix in DATA_SUFFIXES
                    and not p.name.startswith("eval_"))
     if not files:
-        raise MonitorInputError(f"monitor: {path} holds no rollout files ({', '.join(DATA_SUFFIXES)})")
+        raise NotYetError(f"monitor: {path} holds no rollout files ({', '.join(DATA_SUFFIXES)})")
     return files
 
 
-def read_rollouts(path: str | Path, fmt: str = "auto", columns: dict[str, str] | None = None) -> list[MonitoredRollout]:
+def read_rollouts(path: str | Path, fmt: str = "auto", columns: dict[str, str] | None = None,
+                  options: ReadOptions | None = None) -> list[MonitoredRollout]:
     """Every rollout under `path`, in file order. `columns` renames the plain format's columns."""
-    path = Path(path)
+    opts = options or ReadOptions()
+    if columns is not None:
+        opts = replace(opts, columns=dict(columns))
+    return read_source(Path(path), fmt, opts).rollouts
+
+
+def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
+    """The rollouts under `path` and the files they came from. Every problem is a
+    MonitorInputError (one line); NotYetError when there is nothing to read yet."""
     if not path.exists():
-        raise MonitorInputError(f"monitor: no such file or folder: {path}")
-    fmt = detect_format(path) if fmt == "auto" else fmt
-    cols = {c: c for c in COLUMNS} | dict(columns or {})
+        raise NotYetError(f"monitor: no such file or folder: {path}")
+    detected, fmt = fmt == "auto", detect_format(path) if fmt == "auto" else fmt
+    given = dict(opts.columns)
+    cols = {c: c for c in COLUMNS} | given
     unknown = set(cols) - set(COLUMNS)
     if unknown:
         raise MonitorInputError(f"monitor: --column: unknown name(s) {', '.join(sorted(unknown))} "
                                 f"(known: {', '.join(COLUMNS)})")
-    if fmt == "plain":
-        return [_plain(r, cols) for f in data_files(path) for r in read_rows(f)]
-    if fmt == "trl":
-        root = path / "completions" if (path / "completions").is_dir() else path
-        return [_trl(r, cols, columns or {}) for f in data_files(root, "completions_*.parquet") for r in read_rows(f)]
-    if fmt == "verl":
-        files = sorted(data_files(path, "*.jsonl"), key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0))
-        return [_plain(r, cols | _VERL | dict(columns or {})) for f in files for r in read_rows(f)]
-    if fmt == "openrlhf":
-        return _openrlhf(path, cols | _OPENRLHF | dict(columns or {}))
-    raise MonitorInputError(f"monitor: unknown --format {fmt!r} (known: {', '.join(FORMATS)})")
+    if opts.reward_weights is not None and fmt != "trl":
+        if detected and path.is_dir():
+            data_files(path)  # a TRL folder before its first table reads as an empty plain one: not yet
+        raise MonitorInputError(f"monitor: --reward-weights is for TRL runs (--format trl); {path} reads as {fmt}")
+    reading = Reading([], [])
+    try:
+        with row_cap(opts.max_row_chars, setting="the monitor's --max-row-chars"):
+            if fmt == "plain":
+                files = data_files(path)
+                reading.rollouts = [_plain(r, cols) for f in files for r in _rows(f, files, opts, reading)]
+            elif fmt == "trl":
+                root = path / "completions" if (path / "completions").is_dir() else path
+                files = data_files(root, "completions_*.parquet")
+                weigh = _TrlReward(root.parent if root.name == "completions" else root, cols, given, opts)
+                reading.rollouts = [weigh.rollout(r) for f in files for r in _rows(f, files, opts, reading)]
+                reading.final_step = weigh.run.finished_at
+            elif fmt == "verl":
+                files = sorted(data_files(path, "*.jsonl"),
+                               key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0))
+                reading.rollouts = [_plain(r, cols | _VERL | given) for f in files for r in _rows(f, files, opts, reading)]
+            elif fmt == "openrlhf":
+                files = _openrlhf_files(path)
+                reading.rollouts = _openrlhf(files, cols | _OPENRLHF | given, opts, reading)
+            else:
+                raise MonitorInputError(f"monitor: unknown --format {fmt!r} (known: {', '.join(FORMATS)})")
+    except MonitorInputError:
+        raise
+    except DataError as e:  # the task-data readers' line, as the monitor's own
+        raise MonitorInputError(f"monitor: {str(e).removeprefix('data error: ')}") from None
+    except OSError as e:
+        raise MonitorInputError(f"monitor: cannot read {e.filename or path}: {e.strerror or e}") from None
+    reading.files = files
+    if not reading.rollouts:
+        raise NotYetError(f"monitor: no complete rollout yet in {path}" + "".join(f"; {w}" for w in reading.waiting))
+    return reading
+
+
+def _rows(f: Path, files: list[Path], opts: ReadOptions, reading: Reading) -> list[Row]:
+    """The rows of one file. Growing: a last line without its newline is left out, and the
+    newest file, while it holds no complete row yet (or, for parquet, cannot be read yet), is
+    left for a later poll; a line says so."""
+    try:
+        rows = read_rows(f, whole_lines_only=opts.growing)
+    except DataError as e:
+        if not opts.growing or f != files[-1] or not (isinstance(e, NoRowsError) or f.suffix == ".parquet"):
+            raise
+        reading.waiting.append(f"{f}: {str(e).removeprefix('data error: ')} (still being written?)")
+        return []
+    if opts.growing and f.suffix in (".jsonl", ".csv") and not _ends_a_line(f):
+        reading.waiting.append(f"{f}: its last line is not complete yet (no newline)")
+    return rows
+
+
+def _ends_a_line(f: Path) -> bool:
+    with open(f, "rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, 2)
+        return fh.read(1) == b"\n"
 
 
 _VERL = {"prompt": "input", "completion": "output", "reward": "score"}
@@ -143,8 +236,9 @@ def _number(row: Row, name: str, value: Any) -> float:
 
 def _step(row: Row, value: Any) -> int:
     x = _number(row, "step", value)
-    if x != int(x) or x < 0:
-        raise MonitorInputError(f"monitor: {row.where}: step must be a whole number >= 0, got {value!r}")
+    if not 0 <= x <= MAX_STEP or x != int(x):
+        raise MonitorInputError(f"monitor: {row.where}: step must be a whole number from 0 to {MAX_STEP:,}, "
+                                f"got {str(value)[:40]!r}")
     return int(x)
 
 
@@ -219,31 +313,72 @@ def _dynalize(row: Row) -> MonitoredRollout:
                             _number(row, "reward", before), row.where)
 
 
-def _trl(row: Row, cols: dict[str, str], given: dict[str, str]) -> MonitoredRollout:
-    prompt, turns = _conversation(row, cols)
-    if "reward" in given:
-        reward = _number(row, "reward", _get(row, "reward", given["reward"]))
-    else:
-        skip = {cols["step"], cols["prompt"], cols["completion"], cols["messages"], cols["group"], "advantage"}
-        parts = [v for k, v in row.data.items() if k not in skip and isinstance(v, int | float)
-                 and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))]
-        if not parts:
-            raise MonitorInputError(f"monitor: {row.where}: no reward columns (name one with --column reward=NAME)")
-        reward = float(sum(parts))
-    return MonitoredRollout(_step(row, _get(row, "step", cols["step"])), _group(row, cols, prompt), prompt, turns,
-                            reward, row.where)
+class _TrlReward:
+    """A TRL completions row as a rollout, its reward the weighted sum of the reward functions'
+    columns only (never a `log_extra` column): names and weights from the run's files
+    (trl_args.py), else `--reward-weights` (that many columns after `completion`: TRL writes the
+    reward functions' columns first), else the one numeric column there is."""
+
+    def __init__(self, output_dir: Path, cols: dict[str, str], given: dict[str, str], opts: ReadOptions):
+        self.cols, self.given, self.opts = cols, given, opts
+        self.run = trl_reward_settings(output_dir)
+        self.chosen: list[tuple[str, float]] | None = None
+
+    def columns(self, row: Row) -> list[tuple[str, float]]:
+        """(column, weight) of each reward function, decided from the first row's columns: those
+        between `completion` and `advantage` are the reward functions' and log_extra's."""
+        keys = list(row.data)
+        start = keys.index(self.cols["completion"]) + 1 if self.cols["completion"] in keys else 0
+        end = keys.index("advantage") if "advantage" in keys else len(keys)
+        skip = {self.cols[c] for c in ("step", "prompt", "completion", "messages", "group")}
+        after = [k for k in keys[start:end] if k not in skip]
+        return reward_columns(self.run, self.opts.reward_weights, keys, after, row.where)
+
+    def rollout(self, row: Row) -> MonitoredRollout:
+        cols = self.cols
+        prompt, turns = _conversation(row, cols)
+        if "reward" in self.given:
+            reward = _number(row, "reward", _get(row, "reward", self.given["reward"]))
+        else:
+            self.chosen = self.chosen or self.columns(row)
+            parts = []
+            for c, w in self.chosen:
+                v = row.data.get(c)
+                if not (v is None or isinstance(v, float) and math.isnan(v)):  # TRL: NaN = not applied
+                    parts.append(w * _number(row, f"reward column {c!r}", v))
+            if not parts:
+                raise MonitorInputError(f"monitor: {row.where}: every reward column is empty "
+                                        f"({', '.join(c for c, _ in self.chosen)})")
+            reward = float(sum(parts))
+        return MonitoredRollout(_step(row, _get(row, "step", cols["step"])), _group(row, cols, prompt), prompt, turns,
+                                reward, row.where)
 
 
-def _openrlhf(path: Path, cols: dict[str, str]) -> list[MonitoredRollout]:
+def _table_step(path: Path) -> int:
+    """The W&B step in a table file's name (`<key>_<step>_<hash>.table.json`); -1 when none."""
+    m = re.search(r"_(\d+)_[0-9a-f]+\.table\.json$", path.name)
+    return int(m.group(1)) if m else -1
+
+
+def _openrlhf_files(path: Path) -> list[Path]:
+    """W&B table files of `generated_samples`, by their step (not file time: a copy or a sync
+    touches old files)."""
     files = [path] if path.is_file() else sorted(path.glob("**/generated_samples*.table.json"),
-                                                 key=lambda p: (p.stat().st_mtime_ns, p.name))
+                                                 key=lambda p: (_table_step(p), p.name))
     if not files:
-        raise MonitorInputError(f"monitor: {path} holds no W&B table generated_samples*.table.json")
-    newest = files[-1]
+        raise NotYetError(f"monitor: {path} holds no W&B table generated_samples*.table.json")
+    return files
+
+
+def _openrlhf(files: list[Path], cols: dict[str, str], opts: ReadOptions, reading: Reading) -> list[MonitoredRollout]:
+    newest = files[-1]  # each table holds every earlier row too
     try:
         table = json.loads(newest.read_text(encoding="utf-8"))
         names, data = list(table["columns"]), list(table["data"])
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        if opts.growing:  # W&B writes the file in place: read the table before it
+            reading.waiting.append(f"{newest}: not a complete W&B table yet (still being written?)")
+            return _openrlhf(files[:-1], cols, ReadOptions(), reading) if len(files) > 1 else []
         raise MonitorInputError(f"monitor: {newest} is not a W&B table file ({type(e).__name__})") from None
     out = []
     for i, values in enumerate(data):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,9 @@ from ..penalties.config import PenaltiesConfig
 from ..rewards.penalties import PenaltyTerm
 from ..runlog import RunDir, append_jsonl, read_jsonl, write_jsonl_atomic
 from ..types import Batch, Rollout
+from .outdir import STATE, write_atomic
 from .readers import MonitoredRollout, MonitorInputError
 
-STATE = "monitor_state.json"
 STATE_VERSION = 1
 
 
@@ -118,9 +117,7 @@ class Monitor:
         state = {"version": STATE_VERSION, "seed": self.seed, "domain": self.domain, "source": self.source,
                  "penalties": self.cfg.model_dump(mode="json"), "done": {str(k): v for k, v in self.done.items()},
                  "term": self.term.state_dict()}
-        tmp = self.out / f".{STATE}.tmp"
-        tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self.out / STATE)
+        write_atomic(self.out / STATE, json.dumps(state, ensure_ascii=False))
 
     def start(self, source: dict[str, Any]) -> None:
         """A new output folder: its config.yaml names the source and the penalty settings."""

@@ -24,14 +24,21 @@ class Pattern:
     regex: str | None
     description: str
     since: int
-    """The step it first entered the buffer."""
+    """The step it was detected: the step whose batches the proposer read when it proposed it."""
+    entered: int
+    """The step it entered the buffer (the step after its detection, or later when the buffer's
+    one-add-a-step rule made it wait)."""
     live: bool
     """Active at the last step (not retired since its last add or revival)."""
     retired_at: int | None
     prevalence: float | None
     """Share of the last step's rollouts that show it (None when it was not judged then)."""
     reward_gap: float | None
-    """Mean within-group reward difference, rollouts that show it minus the rest, at the last step."""
+    """Mean within-group reward difference, rollouts that show it minus the rest, at the last step
+    where some group had both (`reward_gap_step`): a pattern every reply shows has no gap to
+    measure any more, so the last measurable one is kept."""
+    reward_gap_step: int | None = None
+    """The step `reward_gap` was measured at (the last step, unless the gap was not measurable there)."""
 
 
 def patterns(out: Path) -> tuple[int | None, list[Pattern]]:
@@ -43,8 +50,8 @@ def patterns(out: Path) -> tuple[int | None, list[Pattern]]:
     for e in events:
         pid = e.get("id")
         if e.get("event") == "add":
-            found[pid] = Pattern(pid, e.get("title", ""), e.get("regex"), e.get("description", ""), e["step"],
-                                 True, None, None, None)
+            found[pid] = Pattern(pid, e.get("title", ""), e.get("regex"), e.get("description", ""),
+                                 int(e.get("proposed_at", e["step"])), e["step"], True, None, None, None)
         elif pid in found and e.get("event") == "retire":
             found[pid].live, found[pid].retired_at = False, e["step"]
         elif pid in found and e.get("event") == "revive":
@@ -52,8 +59,10 @@ def patterns(out: Path) -> tuple[int | None, list[Pattern]]:
     for p in found.values():
         prev = last.get(f"penalty/{p.id}/prevalence")
         p.prevalence = float(prev) if isinstance(prev, int | float) else None
-        gap = last.get(f"penalty/{p.id}/reward_gap")
-        p.reward_gap = float(gap) if isinstance(gap, int | float) else None
+        key = f"penalty/{p.id}/reward_gap"
+        measured = next((m for m in reversed(metrics) if isinstance(m.get(key), int | float)), None)
+        if measured is not None:
+            p.reward_gap, p.reward_gap_step = float(measured[key]), measured.get("step")
     return last.get("step"), list(found.values())
 
 
@@ -72,15 +81,24 @@ def verdict(last_step: int | None, found: list[Pattern]) -> str:
 
 def summary_table(last_step: int | None, found: list[Pattern]) -> Table:
     t = Table(title=f"Discovered patterns (last monitored step: {last_step})")
-    for col in ("id", "pattern", "since", "status", "prevalence now", "reward gap now"):
+    for col in ("id", "pattern", "since", "entered", "status", "prevalence now", "reward gap now"):
         t.add_column(col)
     for p in found:
         status = "live" if p.live else f"retired at {p.retired_at}"
         what = f"{p.title}" + (f"  [dim]/{p.regex}/[/]" if p.regex else "")
         prev = "—" if p.prevalence is None else f"{p.prevalence:.0%}"
-        gap = "—" if p.reward_gap is None else f"{p.reward_gap:+.3f}"
-        t.add_row(p.id, what, str(p.since), status, prev, gap)
+        t.add_row(p.id, what, str(p.since), str(p.entered), status, prev, gap_text(p, last_step))
     return t
+
+
+def gap_text(p: Pattern, last_step: int | None) -> str:
+    """The reward gap now, or the last measurable one and its step (a saturated pattern: every
+    reply of every group shows it, so no group has a reply without it to compare)."""
+    if p.reward_gap is None:
+        return "—"
+    if p.reward_gap_step == last_step:
+        return f"{p.reward_gap:+.3f}"
+    return f"{p.reward_gap:+.3f} (last measurable, step {p.reward_gap_step})"
 
 
 def summary_json(last_step: int | None, found: list[Pattern]) -> dict[str, Any]:

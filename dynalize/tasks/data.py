@@ -44,9 +44,15 @@ past any prompt a policy is trained on; a bigger row (a pasted file, a broken ex
 at load with one line, before it can take the memory of tokenizing and generating from it."""
 
 _ROW_CAP: ContextVar[int] = ContextVar("max_row_chars", default=MAX_ROW_CHARS)
+_ROW_CAP_SETTING: ContextVar[str] = ContextVar("max_row_chars_setting", default="task.args.max_row_chars")
+"""The setting the size-cap line tells the user to raise (another command has its own option)."""
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 """File suffix → format; a directory is read as a `datasets` folder."""
+
+
+class NoRowsError(DataError):
+    """A data file that holds no rows (empty, or nothing but a header or an unfinished line)."""
 
 
 def _decode(path: Path, raw: bytes) -> str:
@@ -60,22 +66,30 @@ def _decode(path: Path, raw: bytes) -> str:
 def _check_size(size: int, where: str) -> None:
     if size > (cap := _ROW_CAP.get()):
         raise DataError(f"data error: {where}: a row of {size:,} characters, over max_row_chars={cap:,} "
-                        f"(raise task.args.max_row_chars if it is meant to be that long)")
+                        f"(raise {_ROW_CAP_SETTING.get()} if it is meant to be that long)")
 
 
 @contextmanager
-def row_cap(max_chars: int) -> Iterator[None]:
-    """Rows read inside this block are refused past `max_chars` characters (default MAX_ROW_CHARS)."""
-    token = _ROW_CAP.set(max_chars)
+def row_cap(max_chars: int, setting: str = "task.args.max_row_chars") -> Iterator[None]:
+    """Rows read inside this block are refused past `max_chars` characters (default MAX_ROW_CHARS);
+    the refusal names `setting` as the way to raise the cap."""
+    token, named = _ROW_CAP.set(max_chars), _ROW_CAP_SETTING.set(setting)
     try:
         yield
     finally:
         _ROW_CAP.reset(token)
+        _ROW_CAP_SETTING.reset(named)
 
 
-def _read_jsonl(path: Path) -> list[Row]:
+def _whole_lines(raw: bytes, whole_lines_only: bool) -> bytes:
+    """`raw`, without a last line that has no newline yet when `whole_lines_only` (a file that
+    another process is still appending to)."""
+    return raw[: raw.rfind(b"\n") + 1] if whole_lines_only else raw
+
+
+def _read_jsonl(path: Path, whole_lines_only: bool = False) -> list[Row]:
     rows = []
-    for i, line in enumerate(_decode(path, path.read_bytes()).splitlines(), start=1):
+    for i, line in enumerate(_decode(path, _whole_lines(path.read_bytes(), whole_lines_only)).splitlines(), start=1):
         if not line.strip():
             continue
         _check_size(len(line), f"{path} line {i}")
@@ -89,16 +103,16 @@ def _read_jsonl(path: Path) -> list[Row]:
     return rows
 
 
-def _read_csv(path: Path) -> list[Row]:
+def _read_csv(path: Path, whole_lines_only: bool = False) -> list[Row]:
     limit = csv.field_size_limit(2**31 - 1)  # the file is in memory already: a long field gets the row cap's line
     try:
-        return _read_csv_rows(path)
+        return _read_csv_rows(path, whole_lines_only)
     finally:
         csv.field_size_limit(limit)
 
 
-def _read_csv_rows(path: Path) -> list[Row]:
-    reader = csv.reader(io.StringIO(_decode(path, path.read_bytes()), newline=""))
+def _read_csv_rows(path: Path, whole_lines_only: bool) -> list[Row]:
+    reader = csv.reader(io.StringIO(_decode(path, _whole_lines(path.read_bytes(), whole_lines_only)), newline=""))
     rows: list[Row] = []
     header: list[str] | None = None
     try:
@@ -201,8 +215,10 @@ def missing(value: Any) -> bool:
         return False
 
 
-def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
-    """All rows of a data file, Hub dataset or data in memory, each checked to have the `required` fields."""
+def read_rows(path: str | Path, required: Sequence[str] = (), *, whole_lines_only: bool = False) -> list[Row]:
+    """All rows of a data file, Hub dataset or data in memory, each checked to have the `required`
+    fields. `whole_lines_only`: a JSONL or CSV file's last line without its newline is left out
+    (the file is still being written: `python -m dynalize.monitor --follow`)."""
     from ..plugins import OBJECT_PREFIX
 
     p = Path(path)
@@ -212,13 +228,14 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
         fmt, rows = "memory", _read_memory(str(path))
     elif not p.exists():
         raise DataError(f"data error: no such data file: {p}")
+    elif (fmt := data_format(p)) in ("jsonl", "csv"):
+        rows = _READERS[fmt](p, whole_lines_only)
     else:
-        fmt = data_format(p)
         rows = _READERS[fmt](p)
     if fmt not in CAPPED_AS_READ:
         rows = [_sized(row) for row in rows]  # the row cap, for every source
     if not rows:
-        raise DataError(f"data error: {p} has no rows")
+        raise NoRowsError(f"data error: {p} has no rows")
     for row in rows:
         for name in required:
             if missing(row.data.get(name)):
