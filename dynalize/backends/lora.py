@@ -3,7 +3,9 @@ model, save them alone.
 
 The merged weights are computed as W + ΔW from each adapter layer, never with peft's in-place
 merge/unmerge (W + ΔW − ΔW is not W in floating point: the frozen base would drift a little at
-every weight push and a resume would no longer be exact).
+every weight push and a resume would no longer be exact). The sum is taken in float32 and
+rounded once to the base's dtype: in bf16, rounding ΔW first and then the sum would be up to
+1 ulp off the correctly rounded W + ΔW.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ def merged_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
         for name, module in base.named_modules():
             if isinstance(module, LoraLayer):
                 layer = module.get_base_layer()
-                weight = layer.weight.detach()
+                base_weight = layer.weight.detach()
+                weight = base_weight.float()  # W + ΔW in float32, rounded once to the base's dtype
                 for adapter in module.active_adapters:
                     if adapter in module.lora_A:
-                        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-                state[f"{name}.weight"] = weight
+                        weight = weight + module.get_delta_weight(adapter).float()
+                state[f"{name}.weight"] = weight.to(base_weight.dtype)
                 if getattr(layer, "bias", None) is not None:
                     state[f"{name}.bias"] = layer.bias.detach()
         for key, value in base.state_dict().items():

@@ -1,5 +1,6 @@
 """The learner's Accelerator and gradient scaler under `accelerate launch`: FSDP2 on CPU processes
-too, and a float16 loss scaler whose skip decision every rank shares.
+too, a float16 loss scaler whose skip decision every rank shares, and the number of passes every
+rank runs in a step.
 
 Accelerate (1.15) applies the launcher's FSDP settings only on accelerators: started on CPU
 processes with an FSDP config it silently runs plain DDP (every rank holds the whole model) and
@@ -52,6 +53,18 @@ def set_deepspeed_micro_batch(accelerator: Accelerator, micro_batch_size: int) -
     if accelerator.distributed_type == DistributedType.DEEPSPEED and plugin is not None \
             and plugin.is_auto("train_micro_batch_size_per_gpu"):
         plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = micro_batch_size
+
+
+def agreed_passes(accelerator: Accelerator, count: int) -> int:
+    """The number of forward/backward passes every rank runs in a step: the largest of the ranks'
+    micro-batch counts (`count`: this rank's). Under FSDP2 every forward all-gathers the parameters
+    and the synced backward reduce-scatters the gradients (ZeRO-3 likewise, at every backward), so
+    a rank that ran fewer passes than its peers would leave them waiting in a collective forever;
+    the ranks' shards differ in size and in packing bins. The learner pads with zero-weight passes."""
+    if accelerator.num_processes == 1:
+        return count
+    counts = accelerator.gather(torch.tensor([count], device=accelerator.device))
+    return int(counts.max().item())
 
 
 def grad_scaler(accelerator: Accelerator) -> torch.amp.GradScaler:
