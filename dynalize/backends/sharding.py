@@ -60,11 +60,19 @@ def agreed_passes(accelerator: Accelerator, count: int) -> int:
     micro-batch counts (`count`: this rank's). Under FSDP2 every forward all-gathers the parameters
     and the synced backward reduce-scatters the gradients (ZeRO-3 likewise, at every backward), so
     a rank that ran fewer passes than its peers would leave them waiting in a collective forever;
-    the ranks' shards differ in size and in packing bins. The learner pads with zero-weight passes."""
-    if accelerator.num_processes == 1:
-        return count
-    counts = accelerator.gather(torch.tensor([count], device=accelerator.device))
-    return int(counts.max().item())
+    the ranks' shards differ in size and in packing bins. The learner pads with zero-weight passes.
+
+    Under DeepSpeed, Accelerate's backward also steps the optimizer (the learner never marks a
+    pass as "no gradient boundary"): more than one pass would be more than one optimizer step, on
+    part of the batch each, so that stops with one line instead."""
+    if accelerator.num_processes > 1:
+        counts = accelerator.gather(torch.tensor([count], device=accelerator.device))
+        count = int(counts.max().item())
+    if count > 1 and accelerator.distributed_type == DistributedType.DEEPSPEED:
+        raise ConfigError(f"config error: under DeepSpeed each rank's shard must be one micro-batch (this step "
+                          f"needs {count}): raise trainer.micro_batch_size to batch_size / processes or more, "
+                          f"and leave trainer.micro_batch_tokens null")
+    return count
 
 
 def grad_scaler(accelerator: Accelerator) -> torch.amp.GradScaler:
