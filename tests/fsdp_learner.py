@@ -10,13 +10,14 @@ three steps on fixed batches, then what the test compares, as files in OUT:
 `--uneven padded|packed`: a reference KL (beta 0.1) and two steps on a batch of 9 sequences whose
 shards (5 and 4 sequences) split into different micro-batch counts: 3 and 2 micro-batches of 2
 sequences, or 2 and 1 packing bins of 64 tokens; `rank<R>.json` also holds the rank's count.
+`--lora`: with LoRA adapters (lr 1e-2), the reference being the base with its adapters off.
 
 `--fp16-overflow`: a float16 policy, and at the second step rank 1 (only) finds an inf in its own
 gradient shard; a shared skip decision makes every rank skip that step. `--save-after-2 DIR`:
 checkpoint into DIR after step 2 (and go on); `--resume DIR`: load DIR's checkpoint and train
 only step 3.
 
-    python tests/fsdp_learner.py OUT [--fp16-overflow] [--save-after-2 DIR | --resume DIR] [--uneven MODE]
+    python tests/fsdp_learner.py OUT [--fp16-overflow] [--save-after-2 DIR | --resume DIR] [--uneven MODE [--lora]]
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from safetensors.torch import save_file
 from dynalize import tiny
 from dynalize.backends.accelerate import AccelerateLearner
 from dynalize.backends.sharding import local_parameter_share
-from dynalize.config import TrainerConfig
+from dynalize.config import LoraConfig, TrainerConfig
 from dynalize.run import exit_process
 from dynalize.types import TrainSequence
 
 STEPS = 3
+LORA = LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
 
 
 def batches() -> list[list[TrainSequence]]:
@@ -88,12 +90,14 @@ def poison_rank1_once(learner: AccelerateLearner) -> None:
     learner.scaler.unscale_ = unscale_
 
 
-def main(out: Path, fp16_overflow: bool, save: str | None, resume: str | None, uneven: str | None) -> None:
+def main(out: Path, fp16_overflow: bool, save: str | None, resume: str | None, uneven: str | None,
+         lora: bool) -> None:
     cfg = TrainerConfig(lr=1e-3, micro_batch_size=2)
     if uneven:
-        cfg = TrainerConfig(lr=1e-3, micro_batch_size=2, kl={"beta": 0.1},
+        cfg = TrainerConfig(lr=1e-2 if lora else 1e-3, micro_batch_size=2, kl={"beta": 0.1},
                             micro_batch_tokens=64 if uneven == "packed" else None)
-    learner = AccelerateLearner(tiny.resolve("tiny:policy"), cfg, dtype="float16" if fp16_overflow else "float32")
+    learner = AccelerateLearner(tiny.resolve("tiny:policy"), cfg, dtype="float16" if fp16_overflow else "float32",
+                                lora=LORA if lora else None)
     if fp16_overflow:
         poison_rank1_once(learner)
     rank = learner.accelerator.process_index
@@ -135,5 +139,6 @@ if __name__ == "__main__":
     def value(flag: str) -> str | None:
         return args[args.index(flag) + 1] if flag in args else None
 
-    main(Path(sys.argv[1]), "--fp16-overflow" in args, value("--save-after-2"), value("--resume"), value("--uneven"))
+    main(Path(sys.argv[1]), "--fp16-overflow" in args, value("--save-after-2"), value("--resume"), value("--uneven"),
+         "--lora" in args)
     exit_process(0)  # as a run's rank leaves (dynalize.run): no interpreter teardown, seen to SIGABRT

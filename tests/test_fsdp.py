@@ -47,15 +47,20 @@ def free_port() -> int:
 
 
 def run(args: list[str], timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
-    """`args` in a session of its own: past `timeout` every process of it is killed (the launcher
-    and the ranks it started, which a hang would otherwise leave waiting) and the test fails."""
+    """`args` in a session of its own; past `timeout` the test fails, and the launcher is stopped
+    with SIGTERM first: torch's launcher then stops the ranks it started (each in a session of its
+    own, out of reach of a kill of the launcher's group), which a hang would leave waiting."""
     with subprocess.Popen(args, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           cwd=ROOT, start_new_session=True) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                out, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, err = "", "(killed)"
             pytest.fail(f"{' '.join(args[-4:])} still running after {timeout} s (a rank waiting on its peer?)\n"
                         f"{err[-3000:]}")
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
