@@ -137,19 +137,20 @@ def test_fsdp2_ranks_skip_an_overflowed_fp16_step_together_and_resume_with_their
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("mode", ["padded", "packed"])
+@pytest.mark.parametrize("mode", [["padded"], ["packed", "--lora"]], ids=["padded", "packed_lora"])
 def test_fsdp2_ranks_with_different_micro_batch_counts_meet_and_train_like_one_process(tmp_path, mode):
-    """Shards of 5 and 4 sequences: 3 and 2 micro-batches (padded), or 2 and 1 packing bins. FSDP2
-    all-gathers at every forward, so the rank with fewer passes runs zero-weight ones: no hang, and
-    loss, gradient norm, KL and weights those of one process on the same batches."""
+    """Shards of 5 and 4 sequences: 3 and 2 micro-batches (padded), or 2 and 1 packing bins (with
+    LoRA, whose reference forward is the sharded base's: a collective too). FSDP2 all-gathers at
+    every forward, so the rank with fewer passes runs zero-weight ones: no hang, and loss, gradient
+    norm, KL and the (merged) weights those of one process on the same batches."""
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
-    single = run([sys.executable, str(TESTS / "fsdp_learner.py"), str(one), "--uneven", mode])
+    single = run([sys.executable, str(TESTS / "fsdp_learner.py"), str(one), "--uneven", *mode])
     assert single.returncode == 0, single.stderr[-4000:]
-    launch(str(TESTS / "fsdp_learner.py"), str(two), "--uneven", mode, timeout=UNEVEN_TIMEOUT)
+    launch(str(TESTS / "fsdp_learner.py"), str(two), "--uneven", *mode, timeout=UNEVEN_TIMEOUT)
     r0, r1 = ranks(two)
     assert r0["distributed_type"] == "DistributedType.FSDP"
-    assert (r0["micro_batches"], r1["micro_batches"]) == ((3, 2) if mode == "padded" else (2, 1))
+    assert (r0["micro_batches"], r1["micro_batches"]) == ((3, 2) if mode == ["padded"] else (2, 1))
     reference = json.loads((one / "rank0.json").read_text())
     for a, b in zip(reference["metrics"], r0["metrics"], strict=True):  # 2 steps, same batches
         assert b["loss_tokens"] == a["loss_tokens"]

@@ -26,7 +26,8 @@ from . import lora as lora_adapters
 from . import packing
 from .base import Learner
 from .hf import DTYPES
-from .sharding import agreed_passes, grad_scaler, learner_accelerator, scaler_state, set_deepspeed_micro_batch
+from .sharding import (agreed_passes, grad_scaler, learner_accelerator, scaler_state, set_deepspeed_micro_batch,
+                       unsharded)
 
 
 def process_state() -> PartialState:
@@ -321,9 +322,11 @@ class AccelerateLearner(Learner):
 
     def _state(self, _: Any = None) -> dict[str, Any]:
         """The full policy's weights under the base model's names (LoRA: merged)."""
-        if self.lora is not None:
-            return lora_adapters.merged_state(self.unwrapped)
-        return self.accelerator.get_state_dict(self.model, unwrap=True)
+        full_state = self.accelerator.get_state_dict(self.model, unwrap=True)  # gathered under FSDP2
+        if self.lora is None:
+            return full_state
+        with unsharded(self.model):  # the adapted layers' W, A and B whole, for peft's ΔW
+            return lora_adapters.merged_state(self.unwrapped, full_state)
 
     def _save(self, directory: str) -> None:
         """`policy/` (save_pretrained, safetensors: what evaluation and vLLM load) and

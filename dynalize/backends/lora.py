@@ -28,9 +28,12 @@ def add_adapters(model: torch.nn.Module, lora: Any, seed: int = 0) -> torch.nn.M
         return get_peft_model(model, config)
 
 
-def merged_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def merged_state(peft_model: torch.nn.Module, full_state: dict[str, torch.Tensor] | None = None
+                 ) -> dict[str, torch.Tensor]:
     """The base model's state dict with every adapter folded in, under the base model's own names
-    (what transformers' save_pretrained, the HF generator and vLLM load)."""
+    (what transformers' save_pretrained, the HF generator and vLLM load). `full_state`: the peft
+    model's whole state dict (default: its own), where the unadapted weights are read; under FSDP2
+    the gathered one, with the adapted layers' shards gathered too (`sharding.unsharded`)."""
     from peft.tuners.lora import LoraLayer
 
     base = peft_model.get_base_model()
@@ -38,19 +41,17 @@ def merged_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         for name, module in base.named_modules():
             if isinstance(module, LoraLayer):
-                layer = module.get_base_layer()
-                base_weight = layer.weight.detach()
+                base_weight = module.get_base_layer().weight.detach()
                 weight = base_weight.float()  # W + ΔW in float32, rounded once to the base's dtype
                 for adapter in module.active_adapters:
                     if adapter in module.lora_A:
                         weight = weight + module.get_delta_weight(adapter).float()
-                state[f"{name}.weight"] = weight.to(base_weight.dtype)
-                if getattr(layer, "bias", None) is not None:
-                    state[f"{name}.bias"] = layer.bias.detach()
-        for key, value in base.state_dict().items():
-            if "lora_" in key or ".base_layer." in key:
+                state[f"{name}.weight"] = weight.to(base_weight.dtype).clone()
+        prefix = "base_model.model."
+        for key, value in (peft_model.state_dict() if full_state is None else full_state).items():
+            if "lora_" in key:
                 continue
-            state.setdefault(key, value)
+            state.setdefault(key.removeprefix(prefix).replace(".base_layer.", "."), value)
     return state
 
 

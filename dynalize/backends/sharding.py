@@ -12,6 +12,8 @@ run. DeepSpeed on CPU processes stops with one line instead of training as DDP.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -73,6 +75,23 @@ def agreed_passes(accelerator: Accelerator, count: int) -> int:
                           f"needs {count}): raise trainer.micro_batch_size to batch_size / processes or more, "
                           f"and leave trainer.micro_batch_tokens null")
     return count
+
+
+@contextmanager
+def unsharded(model: torch.nn.Module) -> Iterator[None]:
+    """Under FSDP2, every parameter of `model` whole (all-gathered) for the block, sharded again
+    after: a collective, run by every rank in the same order. Anything else: nothing to do. (A
+    module's `state_dict()` reshards it: read the state through Accelerate's `get_state_dict`.)"""
+    from torch.distributed.fsdp import FSDPModule
+
+    groups = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for m in groups:
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in groups:
+            m.reshard()
 
 
 def grad_scaler(accelerator: Accelerator) -> torch.amp.GradScaler:
