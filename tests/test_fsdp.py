@@ -22,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from dynalize import tiny
 from dynalize.runlog import read_jsonl
 from launchlog import failure_report, launch_env
 
@@ -147,7 +148,9 @@ def test_fsdp2_ranks_with_different_micro_batch_counts_meet_and_train_like_one_p
     one.mkdir(), two.mkdir()
     single = run([sys.executable, str(TESTS / "fsdp_learner.py"), str(one), "--uneven", *mode])
     assert single.returncode == 0, single.stderr[-4000:]
-    launch(str(TESTS / "fsdp_learner.py"), str(two), "--uneven", *mode, timeout=UNEVEN_TIMEOUT)
+    checkpoint = tmp_path / "ckpt"  # LoRA: its checkpoint too (the adapter saved from the gathered state)
+    save = ["--save-after-2", str(checkpoint)] if "--lora" in mode else []
+    launch(str(TESTS / "fsdp_learner.py"), str(two), "--uneven", *mode, *save, timeout=UNEVEN_TIMEOUT)
     r0, r1 = ranks(two)
     assert r0["distributed_type"] == "DistributedType.FSDP"
     assert (r0["micro_batches"], r1["micro_batches"]) == ((3, 2) if mode == ["padded"] else (2, 1))
@@ -163,6 +166,17 @@ def test_fsdp2_ranks_with_different_micro_batch_counts_meet_and_train_like_one_p
     alone, handed = load_file(one / "policy_state.safetensors"), load_file(two / "policy_state.safetensors")
     for name, weight in alone.items():
         torch.testing.assert_close(handed[name], weight, rtol=1e-5, atol=1e-5)
+    if save:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        merged = AutoModelForCausalLM.from_pretrained(checkpoint / "policy")
+        adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny.resolve("tiny:policy")),
+                                            checkpoint / "adapter")
+        assert all(torch.equal(handed[k], v) for k, v in merged.state_dict().items() if k in handed)
+        ids = torch.tensor([list(range(5, 40))])
+        with torch.no_grad():
+            torch.testing.assert_close(adapted(ids).logits, merged(ids).logits, rtol=1e-5, atol=1e-5)
 
 
 # --- whole runs ---------------------------------------------------------------------------------

@@ -321,11 +321,16 @@ class AccelerateLearner(Learner):
         return metrics
 
     def _state(self, _: Any = None) -> dict[str, Any]:
-        """The full policy's weights under the base model's names (LoRA: merged)."""
-        full_state = self.accelerator.get_state_dict(self.model, unwrap=True)  # gathered under FSDP2
+        """The full policy's weights under the base model's names (LoRA: merged). A collective
+        under FSDP / ZeRO-3."""
+        return self._policy_weights(self.accelerator.get_state_dict(self.model, unwrap=True))
+
+    def _policy_weights(self, full_state: dict[str, Any]) -> dict[str, Any]:
+        """`full_state` (the model's whole state dict, gathered under FSDP2), with LoRA's
+        adapters merged: then a collective too (the adapted layers unsharded for peft's ΔW)."""
         if self.lora is None:
             return full_state
-        with unsharded(self.model):  # the adapted layers' W, A and B whole, for peft's ΔW
+        with unsharded(self.model):
             return lora_adapters.merged_state(self.unwrapped, full_state)
 
     def _save(self, directory: str) -> None:
@@ -333,13 +338,14 @@ class AccelerateLearner(Learner):
         `train_state/` (Accelerate's full state: sharded weights, optimizer, RNG; what resume loads)."""
         out = Path(directory)
         acc = self.accelerator
-        state = self._state()  # a collective under FSDP / ZeRO-3
+        full_state = acc.get_state_dict(self.model, unwrap=True)  # a collective under FSDP / ZeRO-3
+        state = self._policy_weights(full_state)
         if acc.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
             if self.lora is not None:  # policy/: merged weights; adapter/: peft's adapter alone
                 self.unwrapped.get_base_model().save_pretrained(out / "policy", state_dict=state,
                                                                 safe_serialization=True)
-                self.unwrapped.save_pretrained(out / "adapter", safe_serialization=True)
+                self.unwrapped.save_pretrained(out / "adapter", safe_serialization=True, state_dict=full_state)
             else:
                 self.unwrapped.save_pretrained(out / "policy", state_dict=state, safe_serialization=True)
             self.tokenizer.save_pretrained(out / "policy")
