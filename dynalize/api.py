@@ -41,12 +41,13 @@ import structlog
 from pydantic import TypeAdapter, ValidationError
 from rich.table import Table
 
+from .caller_state import QUIETED, kept_caller_state, use_root_handler
 from .checkpoint import checkpoints, resume_from
 from .config import ConfigError, RunConfig, _set_dotted, dump_config, flatten, read_yaml, validate
 from .plugins import OBJECT_PREFIX, forget_objects, give_object, given_object, import_path, is_given
 from .resume import freeze_derived, resume_config, steps_problem
 from .runlog import RunDir, read_jsonl
-from .summary import incomplete_measurements, summary_rows, summary_table
+from .summary import incomplete_measurements, penalty_rows, summary_rows, summary_table
 
 log = structlog.get_logger("dynalize.run")
 
@@ -73,7 +74,8 @@ class RunResult:
     @property
     def summary(self) -> list[tuple[str, str, str]]:
         """The rows of the summary table the CLI prints: (metric, first, last)."""
-        return summary_rows(self.history, self.run_dir, self.incomplete) if self.history else []
+        return [*summary_rows(self.history, self.run_dir, self.incomplete), *penalty_rows(self.config)] \
+            if self.history else []
 
     def table(self) -> Table:
         """The summary as a rich Table (`rich.print(result.table())`)."""
@@ -87,16 +89,17 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path | None = None, /, *
     or True for the config's own) continues a run from its latest intact checkpoint, `overwrite`
     starts afresh in a used run directory (the old one is moved aside). `log_level=None` leaves
     logging as the caller configured it."""
-    if log_level is not None:
-        setup_logging(log_level.upper())
-    forget_objects()
-    data = _as_tree(config)
-    if resume is True:  # the run directory the config names
-        resume = str(validate(_store_objects(_apply(_copy(data), overrides.items()))).run_dir)
-    cfg = resolve_config(data if config is not None or not resume else None, overrides.items(),
-                         resume=resume or None, overwrite=overwrite, merge=True)
-    return run(cfg, resume=bool(resume), overwrite=overwrite,
-               base=str(config) if isinstance(config, (str, Path)) else "the config given to dynalize.train")
+    with kept_caller_state():  # the caller's logging, threads and random state, as they were
+        if log_level is not None:
+            setup_logging(log_level.upper())
+        forget_objects()
+        data = _as_tree(config)
+        if resume is True:  # the run directory the config names
+            resume = str(validate(_store_objects(_apply(_copy(data), overrides.items()))).run_dir)
+        cfg = resolve_config(data if config is not None or not resume else None, overrides.items(),
+                             resume=resume or None, overwrite=overwrite, merge=True)
+        return run(cfg, resume=bool(resume), overwrite=overwrite,
+                   base=str(config) if isinstance(config, (str, Path)) else "the config given to dynalize.train")
 
 
 def resolve_config(config: Mapping[str, Any] | str | Path | None, overrides: Iterable[tuple[str, Any]] = (), *,
@@ -256,8 +259,10 @@ def _sync(fn: Callable[..., Any], *args: Any) -> Any:
 # --- moved from run.py: logging, threads, the run itself, its summary ---------------------------
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)  # stderr of the moment
-    for noisy in ("httpx", "transformers", "accelerate"):
+    handler = logging.StreamHandler(sys.stderr)  # the stderr of the moment
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    use_root_handler(handler, level)
+    for noisy in QUIETED:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import transformers
 

@@ -77,7 +77,7 @@ def parse_report_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rollouts-kind", default="step", choices=("step", "eval"),
                     help="pattern plot: training rollouts (step) or held-out generations (eval)")
     ap.add_argument("--out", help="output directory (default <first run>/plots)")
-    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-plots", action="store_true", help="print the tables only, write no plots")
     ap.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML page instead (curves, penalty "
                     "timelines, a rollout browser; the runs side by side)")
     ap.add_argument("--rollout-steps", type=int, default=ROLLOUT_STEPS, metavar="N",
@@ -193,7 +193,7 @@ def parse_rubric_args(argv: list[str]) -> argparse.Namespace:
                     help="steps averaged for End (default: the last quarter of each run's evaluations)")
     ap.add_argument("--baseline", help="the run win counts compare with (path or name; default the first)")
     ap.add_argument("--out", help="output directory (default <first run>/plots)")
-    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-plots", action="store_true", help="print the tables only, write no plots")
     args = ap.parse_args(argv)
     if args.window and args.window[0] > args.window[1]:
         ap.error("--window LO HI needs LO <= HI")

@@ -156,6 +156,7 @@ def rollout_to_state(r: Rollout) -> dict[str, Any]:
         "replies": r.replies, "reasoning": r.reasoning, "policy_version": r.policy_version,
         "truncated": r.truncated, "messages": [m.to_dict() for m in r.messages], "meta": r.meta,
         "turns": [m.to_dict() for m in r.turns],
+        **({"info": dict(r.info)} if r.info else {}),  # what generation recorded (a failed simulated user)
     }
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from ..caller_state import LOG_LEVEL_HELP
 from ..backends.config import ChatModelConfig
 from ..errors import ConfigError, one_line
 from ..judge.judge import Judge
@@ -46,14 +47,14 @@ from .models import PROBE, is_local_url
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.eval --bench rubric", description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, help="run directory of a rubric run (runs/<name>)")
-    ap.add_argument("--bench", required=True, choices=("rubric",))
+    ap.add_argument("--bench", required=True, choices=("rubric",), help="rubric (this command)")
     ap.add_argument("--all", action="store_true", help="grade every reply anew, not only those a judge failed on")
     ap.add_argument("--rejudge", metavar="LABEL", help="grade the replies with another gold judge (--judge), "
                                                        "into eval/rubric@LABEL.jsonl")
     ap.add_argument("--judge", help="with --rejudge: the second gold judge's chat model (JSON or YAML/JSON file)")
     ap.add_argument("--steps", help="only these evaluation steps, comma-separated")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
     args = ap.parse_args(argv)
     if bool(args.rejudge) != bool(args.judge):
         ap.error("--rejudge LABEL and --judge SPEC go together (a second gold judge and its name)")
