@@ -30,3 +30,17 @@ def test_deepspeed_refuses_more_than_one_pass_per_step_on_any_rank():
     assert agreed_passes(accelerator(DistributedType.DEEPSPEED, [1]), 1) == 1
     with pytest.raises(ConfigError, match="one micro-batch"):
         agreed_passes(accelerator(DistributedType.DEEPSPEED, [2]), 1)  # the peer's shard needs two
+
+
+def test_lora_under_zero3_stops_with_one_line_instead_of_merging_placeholders():
+    from dynalize.backends.sharding import refuse_zero3_lora
+
+    def deepspeed(stage: int) -> SimpleNamespace:
+        return SimpleNamespace(distributed_type=DistributedType.DEEPSPEED,
+                               state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=stage)))
+
+    with pytest.raises(ConfigError, match="ZeRO-3"):
+        refuse_zero3_lora(deepspeed(3), lora=object())
+    refuse_zero3_lora(deepspeed(2), lora=object())  # ZeRO-2 keeps whole parameters on every rank
+    refuse_zero3_lora(deepspeed(3), lora=None)
+    refuse_zero3_lora(SimpleNamespace(distributed_type=DistributedType.FSDP, state=SimpleNamespace()), lora=object())

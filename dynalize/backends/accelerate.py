@@ -26,8 +26,8 @@ from . import lora as lora_adapters
 from . import packing
 from .base import Learner
 from .hf import DTYPES
-from .sharding import (agreed_passes, grad_scaler, learner_accelerator, scaler_state, set_deepspeed_micro_batch,
-                       unsharded)
+from .sharding import (agreed_passes, grad_scaler, learner_accelerator, refuse_zero3_lora, scaler_state,
+                       set_deepspeed_micro_batch, unsharded)
 
 
 def process_state() -> PartialState:
@@ -82,6 +82,7 @@ class AccelerateLearner(Learner):
             weight_decay=trainer_cfg.weight_decay, betas=tuple(trainer_cfg.betas),
         )
         set_deepspeed_micro_batch(self.accelerator, trainer_cfg.micro_batch_size)
+        refuse_zero3_lora(self.accelerator, lora)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.accelerator.register_save_state_pre_hook(drop_tied_weights)
         self.model.train()

@@ -57,6 +57,16 @@ def set_deepspeed_micro_batch(accelerator: Accelerator, micro_batch_size: int) -
         plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = micro_batch_size
 
 
+def refuse_zero3_lora(accelerator: Accelerator, lora: Any) -> None:
+    """LoRA's merged weights are read from the adapted modules (`lora.merged_state`); ZeRO-3 leaves
+    empty placeholders there, so the generator would get wrong weights without a word: stop."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if lora is not None and accelerator.distributed_type == DistributedType.DEEPSPEED \
+            and plugin is not None and plugin.zero_stage == 3:
+        raise ConfigError("config error: policy.lora is not supported under DeepSpeed ZeRO-3 (its merged weights "
+                          "need the partitioned base gathered); use FSDP2 (configs/accelerate/fsdp.yaml)")
+
+
 def agreed_passes(accelerator: Accelerator, count: int) -> int:
     """The number of forward/backward passes every rank runs in a step: the largest of the ranks'
     micro-batch counts (`count`: this rank's). Under FSDP2 every forward all-gathers the parameters
