@@ -162,9 +162,10 @@ def test_fsdp2_ranks_with_different_micro_batch_counts_meet_and_train_like_one_p
         assert b["mean_ratio"] == pytest.approx(a["mean_ratio"], rel=1e-6)
         assert b["kl/ref"] == pytest.approx(a["kl/ref"], rel=1e-4, abs=1e-9)
     assert reference["metrics"][0]["kl/ref"] == 0.0 < reference["metrics"][1]["kl/ref"]
-    gap = {key: max(abs(b[key] - a[key]) / max(abs(a[key]), 1e-12) for a, b in zip(reference["metrics"], r0["metrics"]))
+    pairs = list(zip(reference["metrics"], r0["metrics"]))
+    gap = {key: max(abs(b[key] - a[key]) / max(abs(a[key]), 1e-12) for a, b in pairs)
            for key in ("loss", "grad_norm", "kl/ref")}
-    print(f"two processes vs one, {' '.join(mode)}: " + ", ".join(f"{k} {v:.1e}" for k, v in gap.items()) + " relative")
+    print(f"two processes vs one, {' '.join(mode)}: " + ", ".join(f"{k} {v:.1e}" for k, v in gap.items()), "relative")
     assert r0["version"] == r1["version"] == 2
     alone, handed = load_file(one / "policy_state.safetensors"), load_file(two / "policy_state.safetensors")
     for name, weight in alone.items():
