@@ -17,6 +17,7 @@ from .backends.config import url_credential_problem
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 from .rubrics.config import RubricConfig
+from .yamlload import safe_load
 
 __all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "flatten", "load_config", "parse_override",
            "read_yaml", "validate"]
@@ -362,7 +363,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"config error: override {item!r} is not of the form key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_load(raw, f"override {key.strip()}") if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     if isinstance(value, str) and "\n" in raw.strip():  # YAML folds a newline into a space: keep it, checked as given
@@ -383,7 +384,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config error: no such config file: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = safe_load(p.read_text(encoding="utf-8"), str(p)) or {}  # aliases bounded (dynalize.yamlload)
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"config error: {p} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):

@@ -8,7 +8,8 @@ Dynalize on, a few minutes on a CPU).
 
 Exit codes (README.md, docs/reliability.md): 0 finished; 1 an unexpected error (a traceback; task
 code that raised: which hook, then its traceback); 2 bad input (one line: a config, a task, data,
-a run directory already in use, a resume that would change what the run is, no intact
+a run directory already in use or held by another process (one writer per folder), a link in
+it that leads out of it, a resume that would change what the run is, no intact
 checkpoint, an engine misconfigured or an API-backed model unreachable, before the run directory
 exists; a full disk or a read-only folder, without damaging anything earlier); 3 the run stopped
 itself (one line: a judge that keeps failing, too many rollouts left out; a checkpoint was
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             trace = "".join(traceback.format_exception(err.error)) if err.error.__traceback__ else ""
             print(f"error: {err}\n{trace}", end="", file=sys.stderr)  # task, then its traceback (if it tells more)
             return 1
-        if problem := filesystem_problem(_find(e, (OSError,))):  # a full disk, a read-only folder
+        if problem := next(filter(None, map(filesystem_problem, _walk(e))), None):  # a full disk, a read-only folder
             print(f"error: {problem}", file=sys.stderr)
             return 2
         raise
@@ -162,6 +163,13 @@ def _find(e: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseExcep
         if (found := _find(inner, kinds)) is not None:
             return found
     return None
+
+
+def _walk(e: BaseException) -> typing.Iterator[BaseException]:
+    """`e` and every exception inside it, depth first (task groups wrap what they raise)."""
+    yield e
+    for inner in getattr(e, "exceptions", ()):
+        yield from _walk(inner)
 
 
 def exit_process(status: int) -> None:

@@ -58,6 +58,7 @@ class PenaltyTerm(RewardTerm):
     """Counters also reported as running totals (`<name>_total`) in every step's metrics."""
 
     name = "penalties"
+    event_log = True
 
     def __init__(self, cfg: PenaltiesConfig, proposer: Proposer, judge: Judge, buffer: PenaltyBuffer | None = None,
                  *, seed: int = 0, domain: str = ""):
