@@ -37,6 +37,8 @@ def check_targets(model: torch.nn.Module, config: Any) -> None:
 
     from ..errors import ConfigError
 
+    if config.target_modules == "all-linear":  # peft's own choice of layers: every linear one but the output
+        return
     names = [name for name, _ in model.named_modules() if name]
     if any(check_target_module_exists(config, name) for name in names):
         return
