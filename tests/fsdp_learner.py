@@ -7,12 +7,17 @@ three steps on fixed batches, then what the test compares, as files in OUT:
 - `gathered.safetensors` (rank 0): every parameter all-gathered from its DTensor shards (DTensor's
   own `full_tensor`, not the state-dict path `policy_state` takes).
 
+`--uneven padded|packed`: a reference KL (beta 0.1) and two steps on a batch of 9 sequences whose
+shards (5 and 4 sequences) split into different micro-batch counts: 3 and 2 micro-batches of 2
+sequences, or 2 and 1 packing bins of 64 tokens; `rank<R>.json` also holds the rank's count.
+`--lora`: with LoRA adapters (lr 1e-2), the reference being the base with its adapters off.
+
 `--fp16-overflow`: a float16 policy, and at the second step rank 1 (only) finds an inf in its own
 gradient shard; a shared skip decision makes every rank skip that step. `--save-after-2 DIR`:
 checkpoint into DIR after step 2 (and go on); `--resume DIR`: load DIR's checkpoint and train
 only step 3.
 
-    python tests/fsdp_learner.py OUT [--fp16-overflow] [--save-after-2 DIR | --resume DIR]
+    python tests/fsdp_learner.py OUT [--fp16-overflow] [--save-after-2 DIR | --resume DIR] [--uneven MODE [--lora]]
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from safetensors.torch import save_file
 from dynalize import tiny
 from dynalize.backends.accelerate import AccelerateLearner
 from dynalize.backends.sharding import local_parameter_share
-from dynalize.config import TrainerConfig
+from dynalize.config import LoraConfig, TrainerConfig
 from dynalize.run import exit_process
 from dynalize.types import TrainSequence
 
 STEPS = 3
+LORA = LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
 
 
 def batches() -> list[list[TrainSequence]]:
@@ -46,6 +52,21 @@ def batches() -> list[list[TrainSequence]]:
             ids = [rng.randint(5, 500) for _ in range(prompt + reply)]
             seqs.append(TrainSequence(ids, [0] * prompt + [1] * reply, [0.0] * prompt +
                                       [rng.uniform(-6.0, -2.0) for _ in range(reply)], rng.uniform(-1.5, 1.5)))
+        out.append(seqs)
+    return out
+
+
+def uneven_batches() -> list[list[TrainSequence]]:
+    """Two batches of 9 sequences: rank 0's shard (every other one from the first) holds 5 of
+    30, 30, 20, 10 and 10 tokens, rank 1's 4 of 10 tokens."""
+    rng = random.Random(1)
+    out = []
+    for _ in range(2):
+        seqs = []
+        for n in (30, 10, 30, 10, 20, 10, 10, 10, 10):
+            ids = [rng.randint(5, 500) for _ in range(n)]
+            seqs.append(TrainSequence(ids, [0] * 3 + [1] * (n - 3), [0.0] * 3 +
+                                      [rng.uniform(-6.0, -2.0) for _ in range(n - 3)], rng.uniform(-1.5, 1.5)))
         out.append(seqs)
     return out
 
@@ -69,21 +90,30 @@ def poison_rank1_once(learner: AccelerateLearner) -> None:
     learner.scaler.unscale_ = unscale_
 
 
-def main(out: Path, fp16_overflow: bool, save: str | None, resume: str | None) -> None:
-    learner = AccelerateLearner(tiny.resolve("tiny:policy"), TrainerConfig(lr=1e-3, micro_batch_size=2),
-                                dtype="float16" if fp16_overflow else "float32")
+def main(out: Path, fp16_overflow: bool, save: str | None, resume: str | None, uneven: str | None,
+         lora: bool) -> None:
+    cfg = TrainerConfig(lr=1e-3, micro_batch_size=2)
+    if uneven:
+        cfg = TrainerConfig(lr=1e-2 if lora else 1e-3, micro_batch_size=2, kl={"beta": 0.1},
+                            micro_batch_tokens=64 if uneven == "packed" else None)
+    learner = AccelerateLearner(tiny.resolve("tiny:policy"), cfg, dtype="float16" if fp16_overflow else "float32",
+                                lora=LORA if lora else None)
     if fp16_overflow:
         poison_rank1_once(learner)
     rank = learner.accelerator.process_index
     local, total = local_parameter_share(learner.model)
     report = {"distributed_type": str(learner.accelerator.distributed_type), "local_params": local,
               "total_params": total}
+    steps = uneven_batches() if uneven else batches()
+    if uneven:
+        shard = steps[0][rank :: learner.accelerator.num_processes]
+        report["micro_batches"] = len(learner._micro_batches(shard))
     close_group, learner._close_group = learner._close_group, lambda: None  # the gathering below is a collective
     if rank == 0:
         if resume:
             learner.load(resume)
         report["metrics"] = []
-        for step, batch in enumerate(batches()):
+        for step, batch in enumerate(steps):
             if resume and step < 2:
                 continue
             report["metrics"].append(learner.train_step(batch))
@@ -109,5 +139,6 @@ if __name__ == "__main__":
     def value(flag: str) -> str | None:
         return args[args.index(flag) + 1] if flag in args else None
 
-    main(Path(sys.argv[1]), "--fp16-overflow" in args, value("--save-after-2"), value("--resume"))
+    main(Path(sys.argv[1]), "--fp16-overflow" in args, value("--save-after-2"), value("--resume"), value("--uneven"),
+         "--lora" in args)
     exit_process(0)  # as a run's rank leaves (dynalize.run): no interpreter teardown, seen to SIGABRT

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from dynalize import tiny
 from dynalize.runlog import read_jsonl
 from launchlog import failure_report, launch_env
 
@@ -28,6 +30,7 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 CONFIG = ROOT / "configs" / "accelerate" / "fsdp_cpu.yaml"
 TIMEOUT = 1200  # seconds per launch: generous, a loaded 2-core machine starts two torch processes slowly
+UNEVEN_TIMEOUT = 600  # two learner steps; the old code hung here (a rank waiting for its peer's forward)
 EXACT = ("loss", "reward/mean", "grad_norm", "gen_len/mean", "policy_version")
 
 pytestmark = pytest.mark.slow
@@ -44,15 +47,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(args, env=environment(), capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT)
+def run(args: list[str], timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
+    """`args` in a session of its own; past `timeout` the test fails, and the launcher is stopped
+    with SIGTERM first: torch's launcher then stops the ranks it started (each in a session of its
+    own, out of reach of a kill of the launcher's group), which a hang would leave waiting."""
+    with subprocess.Popen(args, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=ROOT, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                out, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, err = "", "(killed)"
+            pytest.fail(f"{' '.join(args[-4:])} still running after {timeout} s (a rank waiting on its peer?)\n"
+                        f"{err[-3000:]}")
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-def launch(*args: str) -> subprocess.CompletedProcess:
+def launch(*args: str, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file fsdp_cpu.yaml ARGS` (two CPU processes); asserts it succeeded."""
     for _ in range(3):
         done = run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIG),
-                    "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()), *args])
+                    "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()), *args], timeout)
         if done.returncode == 0 or not re.search(r"address already in use|EADDRINUSE", done.stdout + done.stderr, re.I):
             break
     assert done.returncode == 0, failure_report(done, "accelerate launch")
@@ -117,6 +136,51 @@ def test_fsdp2_ranks_skip_an_overflowed_fp16_step_together_and_resume_with_their
     assert q0["grad_scale"] == q1["grad_scale"] == 32768.0 and q0["version"] == 2
     a, b = load_file(straight / "gathered.safetensors"), load_file(resumed / "gathered.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("mode", [["padded"], ["packed", "--lora"]], ids=["padded", "packed_lora"])
+def test_fsdp2_ranks_with_different_micro_batch_counts_meet_and_train_like_one_process(tmp_path, mode):
+    """Shards of 5 and 4 sequences: 3 and 2 micro-batches (padded), or 2 and 1 packing bins (with
+    LoRA, whose reference forward is the sharded base's: a collective too). FSDP2 all-gathers at
+    every forward, so the rank with fewer passes runs zero-weight ones: no hang, and loss, gradient
+    norm, KL and the (merged) weights those of one process on the same batches."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    single = run([sys.executable, str(TESTS / "fsdp_learner.py"), str(one), "--uneven", *mode])
+    assert single.returncode == 0, single.stderr[-4000:]
+    checkpoint = tmp_path / "ckpt"  # LoRA: its checkpoint too (the adapter saved from the gathered state)
+    save = ["--save-after-2", str(checkpoint)] if "--lora" in mode else []
+    launch(str(TESTS / "fsdp_learner.py"), str(two), "--uneven", *mode, *save, timeout=UNEVEN_TIMEOUT)
+    r0, r1 = ranks(two)
+    assert r0["distributed_type"] == "DistributedType.FSDP"
+    assert (r0["micro_batches"], r1["micro_batches"]) == ((3, 2) if mode == ["padded"] else (2, 1))
+    reference = json.loads((one / "rank0.json").read_text())
+    for a, b in zip(reference["metrics"], r0["metrics"], strict=True):  # 2 steps, same batches
+        assert b["loss_tokens"] == a["loss_tokens"]
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+        assert b["mean_ratio"] == pytest.approx(a["mean_ratio"], rel=1e-6)
+        assert b["kl/ref"] == pytest.approx(a["kl/ref"], rel=1e-4, abs=1e-9)
+    assert reference["metrics"][0]["kl/ref"] == 0.0 < reference["metrics"][1]["kl/ref"]
+    pairs = list(zip(reference["metrics"], r0["metrics"]))
+    gap = {key: max(abs(b[key] - a[key]) / max(abs(a[key]), 1e-12) for a, b in pairs)
+           for key in ("loss", "grad_norm", "kl/ref")}
+    print(f"two processes vs one, {' '.join(mode)}: " + ", ".join(f"{k} {v:.1e}" for k, v in gap.items()), "relative")
+    assert r0["version"] == r1["version"] == 2
+    alone, handed = load_file(one / "policy_state.safetensors"), load_file(two / "policy_state.safetensors")
+    for name, weight in alone.items():
+        torch.testing.assert_close(handed[name], weight, rtol=1e-5, atol=1e-5)
+    if save:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        merged = AutoModelForCausalLM.from_pretrained(checkpoint / "policy")
+        adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny.resolve("tiny:policy")),
+                                            checkpoint / "adapter")
+        assert all(torch.equal(handed[k], v) for k, v in merged.state_dict().items() if k in handed)
+        ids = torch.tensor([list(range(5, 40))])
+        with torch.no_grad():
+            torch.testing.assert_close(adapted(ids).logits, merged(ids).logits, rtol=1e-5, atol=1e-5)
 
 
 # --- whole runs ---------------------------------------------------------------------------------

@@ -77,3 +77,23 @@ def test_the_adapters_start_from_the_seed_whatever_the_global_rng():
     torch.rand(1000)
     b = AccelerateLearner(tiny.resolve("tiny:policy"), TrainerConfig(), lora=LORA).unwrapped.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bf16_merged_weights_are_w_plus_delta_rounded_once():
+    """A bf16 base: each merged weight is W + ΔW computed in float32 and rounded once to bf16 (as
+    peft's own merge does), not ΔW rounded to bf16 first and the sum rounded again."""
+    from peft.tuners.lora import LoraLayer
+
+    lrn = learner(TrainerConfig(lr=1e-2), lora=LORA, dtype="bfloat16")
+    for _ in range(2):
+        lrn.train_step(mixed_batch())
+    state = lrn.policy_state()
+    twice_rounded = 0
+    for name, module in lrn.unwrapped.get_base_model().named_modules():
+        if isinstance(module, LoraLayer):
+            w = module.get_base_layer().weight.detach()
+            delta = module.get_delta_weight("default").float()
+            assert w.dtype == state[f"{name}.weight"].dtype == torch.bfloat16
+            assert torch.equal(state[f"{name}.weight"], (w.float() + delta).to(torch.bfloat16)), name
+            twice_rounded += int((w + delta.to(torch.bfloat16) != (w.float() + delta).to(torch.bfloat16)).sum())
+    assert twice_rounded > 0  # the two roundings differ here (else this test could not tell them apart)

@@ -63,3 +63,27 @@ def test_a_packed_sequence_does_not_see_the_sequence_before_it():
         first = lrn._logprobs(lrn._collate([a, b]), 1)[1]
         second = lrn._logprobs(lrn._collate([other, b]), 1)[1]
     assert torch.allclose(first, second, atol=1e-6)
+
+
+@pytest.mark.parametrize("make_batch", [mixed_batch, multiturn_batch], ids=["mixed_lengths", "multi_turn"])
+def test_packed_reference_logprobs_equal_the_unpacked_ones(make_batch):
+    """The separately loaded reference runs packed forwards too: each sequence sees only itself
+    (a reference whose config asks for a KV cache must not attend across the row)."""
+    import torch
+
+    lrn = learner(TrainerConfig(micro_batch_tokens=1000, kl={"beta": 0.1}))
+    assert lrn.reference is not None and lrn.reference.config.use_cache  # as from_pretrained loads it
+    batch = make_batch()
+    with torch.no_grad():
+        packed = lrn._reference_logprobs(lrn._collate(batch), 1)
+        padded = lrn._reference_logprobs(lrn._padded(batch), 1)
+    mask = lrn._padded(batch)["loss_mask"].bool()
+    assert len(lrn._micro_batches(batch)) == 1  # every sequence in one row
+    assert (packed - padded)[mask].abs().max().item() <= 1e-6
+
+
+def test_kl_to_the_initial_policy_is_zero_at_the_first_packed_step():
+    """Step 1: the policy and the reference hold the same weights, packed alike: no KL."""
+    for batch in (mixed_batch(), multiturn_batch()):
+        metrics = learner(TrainerConfig(micro_batch_tokens=48, kl={"beta": 0.1})).train_step(batch)
+        assert metrics["kl/ref"] == pytest.approx(0.0, abs=1e-9)

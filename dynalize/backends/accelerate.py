@@ -26,7 +26,8 @@ from . import lora as lora_adapters
 from . import packing
 from .base import Learner
 from .hf import DTYPES
-from .sharding import grad_scaler, learner_accelerator, scaler_state, set_deepspeed_micro_batch
+from .sharding import (agreed_passes, grad_scaler, learner_accelerator, refuse_zero3_lora, scaler_state,
+                       set_deepspeed_micro_batch, unsharded)
 
 
 def process_state() -> PartialState:
@@ -81,6 +82,7 @@ class AccelerateLearner(Learner):
             weight_decay=trainer_cfg.weight_decay, betas=tuple(trainer_cfg.betas),
         )
         set_deepspeed_micro_batch(self.accelerator, trainer_cfg.micro_batch_size)
+        refuse_zero3_lora(self.accelerator, lora)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.accelerator.register_save_state_pre_hook(drop_tied_weights)
         self.model.train()
@@ -141,16 +143,21 @@ class AccelerateLearner(Learner):
         """Per-token logprobs of `model` (default: the policy), aligned to input_ids (sequences,
         width). Padded: logits are computed only from the position before the micro-batch's
         first policy token on (long prompts cost no vocabulary-sized rows). Packed: only where the
-        next token is a policy token (0 elsewhere)."""
+        next token is a policy token (0 elsewhere).
+
+        Never with a KV cache (`use_cache=False`, whatever the model's config says): transformers
+        builds a cache when asked and then skips its packed-sequence masking, so a packed sequence
+        would attend to those before it in the row."""
         model = model or self.model
         width = t["input_ids"].shape[1]
         if "packed_ids" in t:
             logits = model(input_ids=t["packed_ids"], position_ids=t["position_ids"],
-                           logits_to_keep=t["predict_at"]).logits
+                           logits_to_keep=t["predict_at"], use_cache=False).logits
             picked = grpo.target_logprobs(logits, t["targets"], self.temperature)
             return packing.unpack(picked, t["rows"], t["cols"], tuple(t["input_ids"].shape))
         keep = width - first + 1
-        logits = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], logits_to_keep=keep).logits
+        logits = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], logits_to_keep=keep,
+                       use_cache=False).logits
         tail = grpo.token_logprobs(logits, t["input_ids"][:, width - keep :], self.temperature)
         return torch.nn.functional.pad(tail, (width - keep, 0), value=0.0)
 
@@ -162,6 +169,19 @@ class AccelerateLearner(Learner):
                 return self._logprobs(t, first, self.reference)
             with self.unwrapped.disable_adapter():
                 return self._logprobs(t, first, self.unwrapped)
+
+    def _padding_pass(self, seq: TrainSequence, sync: Any) -> None:
+        """A pass that changes nothing, for a rank with fewer micro-batches than its peers: the
+        forward passes and the backward of a real micro-batch (`seq` alone, so the same
+        collectives), its loss weighted 0, so every gradient gains exactly 0; nothing is counted
+        in the step's metrics or its loss normalisation."""
+        acc = self.accelerator
+        t = self._collate([seq])
+        first = first_policy_token([seq])
+        with sync, torch.autocast(acc.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+            if self.cfg.kl.active:
+                self._reference_logprobs(t, first)  # a collective too, for LoRA's reference under FSDP2
+            acc.backward(self._logprobs(t, first).sum() * 0.0)
 
     def _global_tokens(self, batch: list[TrainSequence]) -> torch.Tensor:
         local = torch.tensor(float(sum(sum(s.loss_mask) for s in batch)), device=self.accelerator.device)
@@ -235,12 +255,17 @@ class AccelerateLearner(Learner):
             raise ValueError(f"a batch of fewer sequences than the {acc.num_processes} training processes")
         num_tokens = self._global_tokens(batch).clamp(min=1)
         micro = self._micro_batches(batch)
+        passes = agreed_passes(self.accelerator, len(micro))  # the same on every rank
         kl = self.cfg.kl
         totals = {"loss": 0.0, "masked_tokens": 0.0, "ratio_sum": 0.0, "abs_logprob_diff": 0.0, "kl": 0.0}
-        for i, seqs in enumerate(micro):
+        for i in range(passes):
+            sync = acc.no_sync(self.model) if i < passes - 1 else nullcontext()
+            if i >= len(micro):
+                self._padding_pass(min(batch, key=lambda s: len(s.input_ids)), sync)
+                continue
+            seqs = micro[i]
             t = self._collate(seqs)
             first = first_policy_token(seqs)
-            sync = acc.no_sync(self.model) if i < len(micro) - 1 else nullcontext()
             with sync, torch.autocast(acc.device.type, dtype=self.autocast, enabled=self.autocast is not None):
                 ref = self._reference_logprobs(t, first) if kl.active else None
                 logprobs = self._logprobs(t, first)
@@ -299,23 +324,31 @@ class AccelerateLearner(Learner):
         return metrics
 
     def _state(self, _: Any = None) -> dict[str, Any]:
-        """The full policy's weights under the base model's names (LoRA: merged)."""
-        if self.lora is not None:
-            return lora_adapters.merged_state(self.unwrapped)
-        return self.accelerator.get_state_dict(self.model, unwrap=True)
+        """The full policy's weights under the base model's names (LoRA: merged). A collective
+        under FSDP / ZeRO-3."""
+        return self._policy_weights(self.accelerator.get_state_dict(self.model, unwrap=True))
+
+    def _policy_weights(self, full_state: dict[str, Any]) -> dict[str, Any]:
+        """`full_state` (the model's whole state dict, gathered under FSDP2), with LoRA's
+        adapters merged: then a collective too (the adapted layers unsharded for peft's ΔW)."""
+        if self.lora is None:
+            return full_state
+        with unsharded(self.model):
+            return lora_adapters.merged_state(self.unwrapped, full_state)
 
     def _save(self, directory: str) -> None:
         """`policy/` (save_pretrained, safetensors: what evaluation and vLLM load) and
         `train_state/` (Accelerate's full state: sharded weights, optimizer, RNG; what resume loads)."""
         out = Path(directory)
         acc = self.accelerator
-        state = self._state()  # a collective under FSDP / ZeRO-3
+        full_state = acc.get_state_dict(self.model, unwrap=True)  # a collective under FSDP / ZeRO-3
+        state = self._policy_weights(full_state)
         if acc.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
             if self.lora is not None:  # policy/: merged weights; adapter/: peft's adapter alone
                 self.unwrapped.get_base_model().save_pretrained(out / "policy", state_dict=state,
                                                                 safe_serialization=True)
-                self.unwrapped.save_pretrained(out / "adapter", safe_serialization=True)
+                self.unwrapped.save_pretrained(out / "adapter", safe_serialization=True, state_dict=full_state)
             else:
                 self.unwrapped.save_pretrained(out / "policy", state_dict=state, safe_serialization=True)
             self.tokenizer.save_pretrained(out / "policy")

@@ -3,7 +3,9 @@ model, save them alone.
 
 The merged weights are computed as W + ΔW from each adapter layer, never with peft's in-place
 merge/unmerge (W + ΔW − ΔW is not W in floating point: the frozen base would drift a little at
-every weight push and a resume would no longer be exact).
+every weight push and a resume would no longer be exact). The sum is taken in float32 and
+rounded once to the base's dtype: in bf16, rounding ΔW first and then the sum would be up to
+1 ulp off the correctly rounded W + ΔW.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def check_targets(model: torch.nn.Module, config: Any) -> None:
 
     from ..errors import ConfigError
 
+    if config.target_modules == "all-linear":  # peft's own choice of layers: every linear one but the output
+        return
     names = [name for name, _ in model.named_modules() if name]
     if any(check_target_module_exists(config, name) for name in names):
         return
@@ -44,9 +48,12 @@ def check_targets(model: torch.nn.Module, config: Any) -> None:
                       f"{type(model).__name__}; its linear layers are named: {', '.join(linear)}")
 
 
-def merged_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def merged_state(peft_model: torch.nn.Module, full_state: dict[str, torch.Tensor] | None = None
+                 ) -> dict[str, torch.Tensor]:
     """The base model's state dict with every adapter folded in, under the base model's own names
-    (what transformers' save_pretrained, the HF generator and vLLM load)."""
+    (what transformers' save_pretrained, the HF generator and vLLM load). `full_state`: the peft
+    model's whole state dict (default: its own), where the unadapted weights are read; under FSDP2
+    the gathered one, with the adapted layers' shards gathered too (`sharding.unsharded`)."""
     from peft.tuners.lora import LoraLayer
 
     base = peft_model.get_base_model()
@@ -54,18 +61,17 @@ def merged_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         for name, module in base.named_modules():
             if isinstance(module, LoraLayer):
-                layer = module.get_base_layer()
-                weight = layer.weight.detach()
+                base_weight = module.get_base_layer().weight.detach()
+                weight = base_weight.float()  # W + ΔW in float32, rounded once to the base's dtype
                 for adapter in module.active_adapters:
                     if adapter in module.lora_A:
-                        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-                state[f"{name}.weight"] = weight
-                if getattr(layer, "bias", None) is not None:
-                    state[f"{name}.bias"] = layer.bias.detach()
-        for key, value in base.state_dict().items():
-            if "lora_" in key or ".base_layer." in key:
+                        weight = weight + module.get_delta_weight(adapter).float()
+                state[f"{name}.weight"] = weight.to(base_weight.dtype).clone()
+        prefix = "base_model.model."
+        for key, value in (peft_model.state_dict() if full_state is None else full_state).items():
+            if "lora_" in key:
                 continue
-            state.setdefault(key, value)
+            state.setdefault(key.removeprefix(prefix).replace(".base_layer.", "."), value)
     return state
 
 

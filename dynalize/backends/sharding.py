@@ -1,5 +1,6 @@
 """The learner's Accelerator and gradient scaler under `accelerate launch`: FSDP2 on CPU processes
-too, and a float16 loss scaler whose skip decision every rank shares.
+too, a float16 loss scaler whose skip decision every rank shares, and the number of passes every
+rank runs in a step.
 
 Accelerate (1.15) applies the launcher's FSDP settings only on accelerators: started on CPU
 processes with an FSDP config it silently runs plain DDP (every rank holds the whole model) and
@@ -11,6 +12,8 @@ run. DeepSpeed on CPU processes stops with one line instead of training as DDP.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -52,6 +55,53 @@ def set_deepspeed_micro_batch(accelerator: Accelerator, micro_batch_size: int) -
     if accelerator.distributed_type == DistributedType.DEEPSPEED and plugin is not None \
             and plugin.is_auto("train_micro_batch_size_per_gpu"):
         plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = micro_batch_size
+
+
+def refuse_zero3_lora(accelerator: Accelerator, lora: Any) -> None:
+    """LoRA's merged weights are read from the adapted modules (`lora.merged_state`); ZeRO-3 leaves
+    empty placeholders there, so the generator would get wrong weights without a word: stop."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if lora is not None and accelerator.distributed_type == DistributedType.DEEPSPEED \
+            and plugin is not None and plugin.zero_stage == 3:
+        raise ConfigError("config error: policy.lora is not supported under DeepSpeed ZeRO-3 (its merged weights "
+                          "need the partitioned base gathered); use FSDP2 (configs/accelerate/fsdp.yaml)")
+
+
+def agreed_passes(accelerator: Accelerator, count: int) -> int:
+    """The number of forward/backward passes every rank runs in a step: the largest of the ranks'
+    micro-batch counts (`count`: this rank's). Under FSDP2 every forward all-gathers the parameters
+    and the synced backward reduce-scatters the gradients (ZeRO-3 likewise, at every backward), so
+    a rank that ran fewer passes than its peers would leave them waiting in a collective forever;
+    the ranks' shards differ in size and in packing bins. The learner pads with zero-weight passes.
+
+    Under DeepSpeed, Accelerate's backward also steps the optimizer (the learner never marks a
+    pass as "no gradient boundary"): more than one pass would be more than one optimizer step, on
+    part of the batch each, so that stops with one line instead."""
+    if accelerator.num_processes > 1:
+        counts = accelerator.gather(torch.tensor([count], device=accelerator.device))
+        count = int(counts.max().item())
+    if count > 1 and accelerator.distributed_type == DistributedType.DEEPSPEED:
+        raise ConfigError(f"config error: under DeepSpeed each rank's shard must be one micro-batch (this step "
+                          f"needs {count}): raise trainer.micro_batch_size to batch_size / processes or more, "
+                          f"and leave trainer.micro_batch_tokens null")
+    return count
+
+
+@contextmanager
+def unsharded(model: torch.nn.Module) -> Iterator[None]:
+    """Under FSDP2, every parameter of `model` whole (all-gathered) for the block, sharded again
+    after: a collective, run by every rank in the same order. Anything else: nothing to do. (A
+    module's `state_dict()` reshards it: read the state through Accelerate's `get_state_dict`.)"""
+    from torch.distributed.fsdp import FSDPModule
+
+    groups = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for m in groups:
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in groups:
+            m.reshard()
 
 
 def grad_scaler(accelerator: Accelerator) -> torch.amp.GradScaler:
