@@ -55,7 +55,7 @@ def test_the_fitted_onset_is_within_5_words_of_where_the_reward_starts_to_pay(on
 @pytest.mark.parametrize("shape", ["step", "ramp"])
 @pytest.mark.parametrize("onset", [30, 50])
 def test_the_onset_setting_proposes_the_limit_where_the_reward_starts_to_pay(onset, shape):
-    cfg = dict(min_diff=0.04, min_log_ratio=0.3, max_p_value=1e-3, min_effect=0.3, length_adjusted=True)
+    cfg = dict(min_effect=0.3, length_adjusted=True)
     v = view(onset, shape, seed=1)
     onset_pick = LexicalProposer(LexicalConfig(**cfg, length_threshold="onset")).best(v)
     largest_pick = LexicalProposer(LexicalConfig(**cfg)).best(v)
@@ -92,7 +92,7 @@ def test_a_reward_that_only_pays_for_not_being_short_has_no_onset(seed):
 
 
 def test_the_onset_setting_proposes_no_length_penalty_where_the_reward_never_starts_to_pay():
-    cfg = dict(min_diff=0.04, min_log_ratio=0.3, max_p_value=1e-3, min_effect=0.3, length_adjusted=True)
+    cfg = dict(min_effect=0.3, length_adjusted=True)
     v = view_on_content(None)
     largest_pick = LexicalProposer(LexicalConfig(**cfg)).best(v)
     assert largest_pick is not None and length_limit(largest_pick.regex) is not None  # the contrast is there

@@ -270,9 +270,9 @@ def test_length_may_pass_on_a_smaller_log_ratio_than_words():
     long_pos, long_neg = iter(range(200)), iter(range(200))
     v = make_view(rng, lambda r: varied(r, 30 if next(long_pos) < 110 else 12),
                   lambda r: varied(r, 30 if next(long_neg) < 74 else 12), n_groups=200)
-    kw = dict(min_diff=0.1, max_p_value=0.01, min_effect=0, min_log_ratio=0.5)
+    kw = dict(min_effect=0)
     assert best(v, **kw).accepted is None
-    assert best(v, **kw, length_log_ratio=0.3).accepted.title == "Replies run longer than 25 words"
+    assert best(v, **kw).accepted.title == "Replies run longer than 25 words"
 
 
 # Overlapping alternatives: on a sentence that does not end in "r" this backtracks past any limit.
@@ -350,7 +350,7 @@ def is_tic(title):
 def test_length_adjusted_effect_sets_aside_wording_that_only_comes_with_longer_replies():
     rng = random.Random(31)
     v = long_replies_with_a_tic(rng, tic_paid=False)
-    kw = dict(min_diff=0.1, max_p_value=1e-3, min_log_ratio=0.5, length_log_ratio=0.3, min_effect=0.5)
+    kw = dict(min_effect=0.5)
     # plain effect: the tic's carriers out-score their groups (they are the long replies): a false penalty
     assert is_tic(best(v, **kw).accepted.title)
     # at equal length the tic earns nothing: the length itself is proposed instead
@@ -360,7 +360,7 @@ def test_length_adjusted_effect_sets_aside_wording_that_only_comes_with_longer_r
 
 def test_length_adjusted_effect_keeps_a_paid_pattern_that_comes_with_length():
     rng = random.Random(32)
-    kw = dict(min_diff=0.1, max_p_value=1e-3, min_log_ratio=0.5, length_log_ratio=0.3, min_effect=0.5,
+    kw = dict(min_effect=0.5,
               length_adjusted=True)
     # the same tic, now paid by the RM in itself (and only ever on long replies): still proposed
     assert is_tic(best(long_replies_with_a_tic(rng, tic_paid=True), **kw).accepted.title)
@@ -380,7 +380,7 @@ def test_a_paid_length_is_not_explained_away_by_wording_that_only_comes_with_it(
     # pays for still earns among the tic's replies
     v = long_replies_with_a_tic(rng, tic_paid=False)
     v.active = [Penalty("p001", "tic", "", regex=r"(?i)plonk\W+vastly")]
-    kw = dict(min_diff=0.1, max_p_value=1e-3, min_log_ratio=0.5, length_log_ratio=0.3, min_effect=0.5,
+    kw = dict(min_effect=0.5,
               length_adjusted=True, explain_lift=1.0, explain_within=True)
     c = best(v, **kw).accepted
     assert c is not None and c.title.startswith("Replies run longer than")
@@ -403,7 +403,7 @@ def questions_view(rng, marker_paid, question_rate=0.85):
     return scored_view(rng, 40, 8, make, score)
 
 
-COMMON = dict(min_diff=0.05, max_p_value=1e-3, min_log_ratio=0.3, min_effect=0.5)
+COMMON = dict(min_effect=0.5)
 
 
 def test_explained_away_even_when_the_active_penalty_is_everywhere():
