@@ -47,14 +47,14 @@ class LexicalConfig(_Section):
     every rollout has some reply over L words, so presence
     per rollout saturates for positives and negatives alike while the share of replies does not.
     Single-turn rollouts count the same either way."""
-    length_threshold: Literal["largest", "onset"] = "largest"
-    """Which of the length limits that pass the test is proposed: `largest` (the strictest
-    separation) or `onset` (the passing limit nearest where the reward starts to pay more for
-    each extra word, evidence.length_onset, decided at `fdr` against permuted rewards; no length
-    penalty while it does not). A reward paying from 30 words gets "longer than 40" from `largest`
-    when 40 still separates, which leaves what it pays between 30 and 40 unpenalised; and a reward
-    that only pays for not being short (true quality, often) gets a length penalty from `largest`,
-    none from `onset`."""
+    length_threshold: Literal["strongest", "largest", "onset"] = "strongest"
+    """Which of the length limits that pass the test is proposed: `strongest` (the one whose
+    statistic is largest: where "longer than L" best separates what the reward pays), `largest`
+    (the strictest limit that still passes: with a test as sensitive as the permutation test, often
+    far above where the reward starts to pay) or `onset` (the passing limit nearest where the
+    reward starts to pay more for each extra word, evidence.length_onset, decided at `fdr` against
+    permuted rewards; no length penalty while it does not: a reward that only pays for not being
+    short, as true quality often does, gets none)."""
     min_effect: float = Field(0.8, ge=0)
     """What is worth penalising, not evidence: a pattern that passed the test must also beat the rest
     of its group by this many within-group RM stds (a pattern found by the across-steps test,

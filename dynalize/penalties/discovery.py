@@ -27,7 +27,7 @@ import numpy as np
 
 from .config import LexicalConfig
 from .evidence import fisher_p
-from .permutation import detectable_effect, group_index, indicator, residuals, standardised, step_down, within_permutations
+from .permutation import centred, detectable_effect, group_index, indicator, residuals, standardised, step_down, within_permutations
 from .surface import Feature
 from .views import ViewSample, prompt_group
 
@@ -98,7 +98,8 @@ def decide(candidates: list[Candidate], samples: list[ViewSample],
     x = indicator(rows, len(samples))
     # one null for both scores: the same permutations, the max over every candidate
     z, null = np.full(len(keep), np.nan), np.full((len(keep), cfg.permutations), np.nan)
-    for mask, scores in ((~is_length, y_words), (is_length, y)):
+    plain = is_length | _collinear(x, sizes, groups) if cfg.length_adjusted else np.ones(len(keep), dtype=bool)
+    for mask, scores in ((~plain, y_words), (plain, y)):
         if mask.any():
             z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], scores, groups, perms)
     within = step_down(z, null, alpha)
@@ -110,6 +111,21 @@ def decide(candidates: list[Candidate], samples: list[ViewSample],
         passed += [t for t in _across(keep, z, samples, reference, cfg, step, alpha) if t.key not in done]
     passed.sort(key=lambda t: -t.z)
     return passed, evidence
+
+
+def _collinear(x, sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per candidate: whether its presence and reply length cannot be told apart within groups (a
+    word that is all that separates long replies from short): it is tested on the plain reward,
+    as `Effect` measures it then."""
+    sc = centred(sizes, groups)
+    n_g = np.bincount(groups).astype(float)
+    onehot_counts = np.zeros((x.shape[0], len(n_g)))
+    coo = x.tocoo()
+    np.add.at(onehot_counts, (coo.row, groups[coo.col]), 1.0)
+    sxx = (onehot_counts - onehot_counts ** 2 / n_g).sum(axis=1)
+    sxw = np.asarray(x @ sc).ravel()
+    sww = float(sc @ sc)
+    return (sww <= 1e-12) | (sxx * sww - sxw ** 2 <= 1e-9 * sxx * sww)
 
 
 def _evidence(y: np.ndarray, groups: np.ndarray, prompts: np.ndarray, critical: float,

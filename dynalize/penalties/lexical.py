@@ -198,8 +198,9 @@ class LexicalProposer:
         lengths = [t for t in worth if t.feature.kind == "length"]
         scored = [t for t in worth if t.feature.kind != "length"]
         if lengths:
-            # of the length limits that pass: the largest, or the one nearest the onset
-            chosen: Tested | None = max(lengths, key=lambda t: length_limit(t.feature.regex) or 0)
+            # of the length limits that pass: the strongest, the largest, or the one nearest the onset
+            chosen: Tested | None = max(lengths, key=lambda t: (t.z, length_limit(t.feature.regex) or 0)) \
+                if self.cfg.length_threshold == "strongest" else max(lengths, key=lambda t: length_limit(t.feature.regex) or 0)
             if self.cfg.length_threshold == "onset":
                 onset = length_onset(view.samples, words_of, limits, alpha=self.cfg.fdr,
                                      permutations=min(self.cfg.permutations, 200), seed=view.step)
