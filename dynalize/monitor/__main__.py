@@ -9,8 +9,10 @@ Nothing of training changes; the policy never sees a penalty.
 Run it again on the same --out as the run writes more steps: it continues where it stopped,
 exactly as one replay of all steps would. `--follow` polls the rollouts until interrupted.
 
-Exit status: 0 no discovered pattern is live at the last step; 10 one or more are (the reward
-pays for them now); 2 bad input; 3 the judge or proposer kept failing (the line says which);
+Exit status: 0 no discovered pattern is live at the last step, and the latest proposal could have
+seen one; 10 one or more are (the reward pays for them now); 11 none is live but the evidence is
+insufficient (too few groups or rollouts, rewards tied within groups, or no proposal yet: the line
+says which); 2 bad input; 3 the judge or proposer kept failing (the line says which);
 1 an unexpected error; 130 interrupted (what was monitored is kept).
 """
 
@@ -34,7 +36,7 @@ from ..errors import ConfigError, one_line
 from ..penalties.config import PenaltiesConfig
 from .readers import FORMATS, MonitorInputError, by_step, read_rollouts
 from .replay import STATE, Monitor, append_note
-from .summary import LIVE_EXIT, patterns, summary_json, summary_table, verdict
+from .summary import exit_status, last_evidence, patterns, summary_json, summary_table, verdict
 
 console = Console(stderr=True)
 
@@ -174,16 +176,17 @@ class StoppedError(RuntimeError):
 
 def report(m: Monitor, args: argparse.Namespace) -> int:
     last, found = patterns(m.out)
+    evidence = last_evidence(m.out)
     console.print(summary_table(last, found))
-    line = verdict(last, found)
+    line = verdict(last, found, evidence)
     console.print(line)
-    (m.out / "summary.json").write_text(json.dumps(summary_json(last, found), indent=1), encoding="utf-8")
+    (m.out / "summary.json").write_text(json.dumps(summary_json(last, found, evidence), indent=1), encoding="utf-8")
     if not args.no_html and last is not None:
         from ..analysis.html import write_html_report
         from ..analysis.runs import Run
 
         write_html_report([Run(m.out)], m.out / "report.html")
-    return LIVE_EXIT if any(p.live for p in found) else 0
+    return exit_status(found, evidence)
 
 
 def main(argv: list[str] | None = None) -> int:
