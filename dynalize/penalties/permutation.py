@@ -103,7 +103,8 @@ def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:
     adjusted = np.ones(k)
     filled = np.nan_to_num(null, nan=-np.inf)
     maxima = filled.max(axis=0) if k else np.full(b, -np.inf)
-    critical = float(np.quantile(maxima, 1 - alpha)) if b else math.inf
+    finite = maxima[np.isfinite(maxima)]
+    critical = float(np.quantile(finite, 1 - alpha)) if len(finite) else math.inf
     testable = np.flatnonzero(~np.isnan(z))
     if len(testable) and b:
         order = testable[np.argsort(-z[testable], kind="stable")]
