@@ -94,3 +94,14 @@ def test_the_monitor_reports_insufficient_evidence_with_its_own_exit_status(tmp_
     assert status == 11
     assert summary["verdict"].startswith("insufficient evidence at step 2")
     assert "no discovered pattern is live" not in summary["verdict"]
+
+
+def test_the_run_summary_says_when_proposals_lacked_the_evidence():
+    from dynalize.summary import summary_rows
+
+    row = {"step": 9, "dropped_total": 0, "rollouts_per_s": 1.0, "time/step": 1.0,
+           "proposer/finished_total": 3, "proposer/failed_total": 0, "proposer/insufficient_total": 2}
+    rows = {k: last for k, _, last in summary_rows([row])}
+    assert rows["discovery evidence"].startswith("INSUFFICIENT in 2 of 3 proposals")
+    rows = {k: last for k, _, last in summary_rows([{**row, "proposer/insufficient_total": 0}])}
+    assert rows["discovery evidence"] == "sufficient in all 3 proposals"
