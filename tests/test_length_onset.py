@@ -59,7 +59,7 @@ def test_the_onset_setting_proposes_the_limit_where_the_reward_starts_to_pay(ons
     cfg = dict(min_effect=0.3, length_adjusted=True)
     v = view(onset, shape, seed=1)
     onset_pick = LexicalProposer(LexicalConfig(**cfg, length_threshold="onset")).best(v)
-    largest_pick = LexicalProposer(LexicalConfig(**cfg)).best(v)
+    largest_pick = LexicalProposer(LexicalConfig(**cfg, length_threshold="largest")).best(v)
     assert onset_pick is not None and largest_pick is not None
     assert abs(length_limit(onset_pick.regex) - onset) <= 5, onset_pick.title
     assert length_limit(largest_pick.regex) >= length_limit(onset_pick.regex)
@@ -95,7 +95,7 @@ def test_a_reward_that_only_pays_for_not_being_short_has_no_onset(seed):
 def test_the_onset_setting_proposes_no_length_penalty_where_the_reward_never_starts_to_pay():
     cfg = dict(min_effect=0.3, length_adjusted=True)
     v = view_on_content(None)
-    largest_pick = LexicalProposer(LexicalConfig(**cfg)).best(v)
+    largest_pick = LexicalProposer(LexicalConfig(**cfg, length_threshold="largest")).best(v)
     assert largest_pick is not None and length_limit(largest_pick.regex) is not None  # the contrast is there
     result = ProposalResult(step=0)
     onset_pick = LexicalProposer(LexicalConfig(**cfg, length_threshold="onset")).best(v, result)

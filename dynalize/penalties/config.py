@@ -47,7 +47,7 @@ class LexicalConfig(_Section):
     every rollout has some reply over L words, so presence
     per rollout saturates for positives and negatives alike while the share of replies does not.
     Single-turn rollouts count the same either way."""
-    length_threshold: Literal["strongest", "largest", "onset"] = "strongest"
+    length_threshold: Literal["strongest", "largest", "onset"] = "onset"
     """Which of the length limits that pass the test is proposed: `strongest` (the one whose
     statistic is largest: where "longer than L" best separates what the reward pays), `largest`
     (the strictest limit that still passes: with a test as sensitive as the permutation test, often

@@ -10,7 +10,7 @@ max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fdr` b
 - across steps (when the view has a reference, the run's first batches): a pattern most of the
   view's replies show (`SATURATED`), far more than the reference did, whose carriers the reward
   pays more across the pooled reference and view than the rest, against the rewards permuted over
-  the pool; and that the reward pays (z >= 0) wherever a group still contrasts it. A hack that
+  the pool; and that the reward pays within groups (`PAID_Z`) wherever a group still contrasts it. A hack that
   saturated between two proposals leaves no contrast within groups, only this one.
 
 Without a reference all of `fdr` goes to the within-group family; with one, half to each.
@@ -31,9 +31,15 @@ from .permutation import centred, detectable_effect, group_index, indicator, res
 from .surface import Feature
 from .views import ViewSample, prompt_group
 
-SATURATED = 0.5
+SATURATED = 0.8
 """The across-steps test looks at patterns at least this share of the view's replies show: a hack
 that has taken over (below it, groups still contrast the pattern and the within-group test sees it)."""
+
+PAID_Z = 1.645
+"""A pattern found across steps must also be paid within groups wherever they still contrast it
+(the reference's and the view's): its within-group statistic at least this (one-sided 5 %), or no
+contrast left anywhere. Across steps alone, a reward that rises for good reasons while an unpaid
+pattern spreads would look the same."""
 
 
 @dataclass
@@ -108,7 +114,7 @@ def decide(candidates: list[Candidate], samples: list[ViewSample],
     passed = [Tested(c.key, c.feature, c.shows, float(z[i]), "within") for i, c in enumerate(keep) if ok[i]]
     if reference:
         done = {t.key for t in passed}
-        passed += [t for t in _across(keep, z, samples, reference, cfg, step, alpha) if t.key not in done]
+        passed += [t for t in _across(keep, samples, reference, cfg, step, alpha) if t.key not in done]
     passed.sort(key=lambda t: -t.z)
     return passed, evidence
 
@@ -143,7 +149,7 @@ def _evidence(y: np.ndarray, groups: np.ndarray, prompts: np.ndarray, critical: 
     return Evidence("sufficient", "", mde)
 
 
-def _across(keep: list[Candidate], z_within: np.ndarray,
+def _across(keep: list[Candidate],
             samples: list[ViewSample], reference: list[ViewSample], cfg: LexicalConfig, step: int,
             alpha: float) -> list[Tested]:
     """The saturated patterns that rose from the reference with the reward (module docstring)."""
@@ -152,13 +158,19 @@ def _across(keep: list[Candidate], z_within: np.ndarray,
     one = np.zeros(len(pool), dtype=np.int64)
     rows, which = [], []
     for i, c in enumerate(keep):
-        if not (np.isnan(z_within[i]) or z_within[i] >= 0):
-            continue  # the reward does not pay for it where groups still contrast it
         if (len(c.now) < SATURATED * len(samples)
                 or fisher_p(len(c.now), len(samples), len(c.then), len(reference)) > alpha):
             continue
         rows.append(c.then + [len(reference) + j for j in c.now])
         which.append(i)
+    if not rows:
+        return []
+    # the reward must pay for it wherever a group (of the reference or the view) still contrasts it
+    ref_groups = group_index([s.group for s in reference])
+    groups = np.concatenate([ref_groups, group_index([s.group for s in samples]) + len(set(ref_groups.tolist()))])
+    paid, _ = standardised(indicator(rows, len(pool)), y, groups, np.zeros((0, len(pool)), dtype=np.int64))
+    kept = [r for r in range(len(rows)) if np.isnan(paid[r]) or paid[r] >= PAID_Z]
+    rows, which = [rows[r] for r in kept], [which[r] for r in kept]
     if not rows:
         return []
     perms = np.random.default_rng(_seed(step, "across")).permuted(
