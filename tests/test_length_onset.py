@@ -131,3 +131,12 @@ def test_a_reward_linear_in_length_has_an_onset_on_most_views():
     # it pays for every extra word: no valley-to-peak rise, but pay among the longest replies
     # (the uncorrected rise found an onset on 12 of 40 such views)
     assert onsets(linear=True, seeds=20) >= 13
+
+
+def test_the_default_proposes_no_length_penalty_on_a_reward_that_only_pays_for_not_being_short():
+    # `strongest` (the default) proposes a length limit only past where the reward starts to pay;
+    # a reward that pays for not being short, and nothing beyond, gets none (a false alarm otherwise)
+    cfg = dict(min_effect=0.3, length_adjusted=True)
+    assert LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(None)) is None
+    pick = LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(40))
+    assert pick is not None and length_limit(pick.regex) >= 35, pick

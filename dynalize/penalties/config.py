@@ -47,14 +47,15 @@ class LexicalConfig(_Section):
     every rollout has some reply over L words, so presence
     per rollout saturates for positives and negatives alike while the share of replies does not.
     Single-turn rollouts count the same either way."""
-    length_threshold: Literal["strongest", "largest", "onset"] = "onset"
+    length_threshold: Literal["strongest", "largest", "onset"] = "strongest"
     """Which of the length limits that pass the test is proposed: `strongest` (the one whose
-    statistic is largest: where "longer than L" best separates what the reward pays), `largest`
-    (the strictest limit that still passes: with a test as sensitive as the permutation test, often
-    far above where the reward starts to pay) or `onset` (the passing limit nearest where the
-    reward starts to pay more for each extra word, evidence.length_onset, decided at `fdr` against
-    permuted rewards; no length penalty while it does not: a reward that only pays for not being
-    short, as true quality often does, gets none)."""
+    statistic is largest, at or past the onset when evidence.length_onset finds one, and none when
+    the reward only pays for not being short, evidence.content_only), `largest` (the strictest
+    limit that still passes: with a test as sensitive as the permutation test, often far above
+    where the reward starts to pay) or `onset` (the passing limit nearest where the reward starts
+    to pay more for each extra word, decided at `fdr` against permuted rewards; no length penalty
+    while it does not: it needs replies on both sides of each limit, and misses a bar the policy's
+    lengths jump over)."""
     min_effect: float = Field(0.8, ge=0)
     """What is worth penalising, not evidence: a pattern that passed the test must also beat the rest
     of its group by this many within-group RM stds (a pattern found by the across-steps test,

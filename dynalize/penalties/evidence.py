@@ -158,6 +158,27 @@ def _tail(pay: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         return np.where(se > 0, mean / se, -np.inf)
 
 
+def _head(pay: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Per column: the local pay over the shorter half of the measurable limits, in standard errors
+    (a reward that pays for not being short)."""
+    ls = sorted(pay)[:max(1, len(pay) // 2)]
+    mean = sum(pay[lim][0] for lim in ls)
+    se = np.sqrt(sum(pay[lim][1] ** 2 for lim in ls))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(se > 0, mean / se, -np.inf)
+
+
+def content_only(samples: list[ViewSample], words: dict[str, int], limits: list[int], *, alpha: float = 0.05,
+                 permutations: int = 200, seed: int = 0) -> bool:
+    """Whether the reward, as far as length goes, only pays for not being short: the local pay over
+    the shorter half of the limits is positive (at alpha against the same permutations as
+    `length_onset`) and `length_onset` finds no onset. "Longer than L" then separates what the
+    reward pays for good reasons (true quality often does); a view too small to measure the local
+    pay is not content-only (nothing to say either way)."""
+    onset, head = _length_statistics(samples, words, limits, alpha, permutations, seed)
+    return onset is None and head
+
+
 def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[int], *, alpha: float = 0.05,
                  permutations: int = 200, seed: int = 0) -> int | None:
     """Of `limits`, where the RM starts paying for length, or None when it never does, decided at
@@ -172,16 +193,23 @@ def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[
     reward that pays for content (steep over short replies, flat after) has neither, however
     strongly it separates short replies from long ones: proposing "longer than L" there would
     penalise what the reward pays for good reasons."""
+    return _length_statistics(samples, words, limits, alpha, permutations, seed)[0]
+
+
+def _length_statistics(samples: list[ViewSample], words: dict[str, int], limits: list[int], alpha: float,
+                       permutations: int, seed: int) -> tuple[int | None, bool]:
+    """(the onset, whether the local pay over the shorter limits is significantly positive)."""
     if not samples:
-        return None
+        return None, False
     groups = group_index([s.group for s in samples])
     y = np.array([s.score for s in samples])
     cols = np.column_stack([y, y[within_permutations(groups, permutations, seed)].T])
     pay = local_length_pay(samples, words, limits, scores=cols)
     if len(pay) < 2:
-        return None
+        return None, False
     ls = sorted(pay)
-    rise, tail = _rise(pay), _tail(pay)
+    rise, tail, head = _rise(pay), _tail(pay), _head(pay)
+    paid_short = bool(head[0] > np.quantile(head[1:], 1 - alpha))
     if rise[0] > np.quantile(rise[1:], 1 - alpha / 2):
         observed = {lim: pay[lim][0][0] for lim in ls}
         se = {lim: pay[lim][1][0] for lim in ls}
@@ -189,9 +217,9 @@ def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[
                  if math.hypot(se[p], se[v]) > 0
                  and (observed[p] - observed[v]) / math.hypot(se[p], se[v]) >= rise[0] - 1e-9]
         size, valley, peak = max(pairs)
-        return next(lim for lim in ls if valley < lim <= peak and observed[lim] >= observed[valley] + size / 2)
+        return next(lim for lim in ls if valley < lim <= peak and observed[lim] >= observed[valley] + size / 2), paid_short
     if tail[0] > np.quantile(tail[1:], 1 - alpha / 2):
         paid_nothing = [lim for lim in ls if pay[lim][0][0] <= 0]
         later = [lim for lim in ls if not paid_nothing or lim > max(paid_nothing)]
-        return later[0] if later else None
-    return None
+        return (later[0] if later else None), paid_short
+    return None, paid_short

@@ -31,7 +31,7 @@ from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
 from .detectors import DETECTORS, Detector, detector
 from .discovery import Candidate as Tested_, Tested, decide
-from .evidence import Effect, fisher_p, length_onset
+from .evidence import Effect, content_only, fisher_p, length_onset
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
 from .views import ProposerView, ViewSample, per_reply, prompt_group, rollout_id
@@ -199,15 +199,9 @@ class LexicalProposer:
         scored = [t for t in worth if t.feature.kind != "length"]
         if lengths:
             # of the length limits that pass: the strongest, the largest, or the one nearest the onset
-            chosen: Tested | None = max(lengths, key=lambda t: (t.z, length_limit(t.feature.regex) or 0)) \
-                if self.cfg.length_threshold == "strongest" else max(lengths, key=lambda t: length_limit(t.feature.regex) or 0)
-            if self.cfg.length_threshold == "onset":
-                onset = length_onset(view.samples, words_of, limits, alpha=self.cfg.fdr,
-                                     permutations=min(self.cfg.permutations, 200), seed=view.step)
-                chosen = None if onset is None else min(
-                    lengths, key=lambda t: (abs((length_limit(t.feature.regex) or 0) - onset), t.z))
-                if chosen is None:
-                    result.reject("no_onset")
+            chosen = self._length_choice(lengths, view.samples, words_of, limits, view.step)
+            if chosen is None:
+                result.reject("no_onset")
             if chosen is not None:
                 scored.append(chosen)
         scored.sort(key=lambda t: (-t.z, KIND_RANK[t.feature.kind]))
@@ -252,6 +246,23 @@ class LexicalProposer:
             result.reject("not_best", len(scored) - rank - 1)
             return c
         return None
+
+    def _length_choice(self, lengths: list[Tested], samples: list[ViewSample], words: dict[str, int],
+                       limits: list[int], step: int) -> Tested | None:
+        """Of the length limits that passed, the one `length_threshold` proposes (None: none)."""
+        def limit(t: Tested) -> int:
+            return length_limit(t.feature.regex) or 0
+
+        if self.cfg.length_threshold == "largest":
+            return max(lengths, key=limit)
+        kw = dict(alpha=self.cfg.fdr, permutations=min(self.cfg.permutations, 200), seed=step)
+        onset = length_onset(samples, words, limits, **kw)
+        if self.cfg.length_threshold == "onset":
+            return None if onset is None else min(lengths, key=lambda t: (abs(limit(t) - onset), t.z))
+        if onset is None and content_only(samples, words, limits, **kw):
+            return None  # the reward pays for not being short, and for nothing beyond
+        return max((t for t in lengths if onset is None or limit(t) >= onset - self.cfg.length_step),
+                   key=lambda t: (t.z, limit(t)), default=None)
 
     def _usable_detectors(self, view: ProposerView, result: ProposalResult) -> list[Detector]:
         """The configured detectors this view can test: one that reads the conversation needs it
