@@ -134,9 +134,10 @@ def test_a_reward_linear_in_length_has_an_onset_on_most_views():
 
 
 def test_the_default_proposes_no_length_penalty_on_a_reward_that_only_pays_for_not_being_short():
-    # `strongest` (the default) proposes a length limit only past where the reward starts to pay;
+    # the default (`onset`) and `strongest` propose a length limit only past where the reward starts to pay;
     # a reward that pays for not being short, and nothing beyond, gets none (a false alarm otherwise)
-    cfg = dict(min_effect=0.3, length_adjusted=True)
-    assert LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(None)) is None
-    pick = LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(40))
-    assert pick is not None and length_limit(pick.regex) >= 35, pick
+    for how in ("onset", "strongest"):
+        cfg = dict(min_effect=0.3, length_adjusted=True, length_threshold=how)
+        assert LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(None)) is None, how
+        pick = LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(40))
+        assert pick is not None and length_limit(pick.regex) >= 35, (how, pick)

@@ -47,7 +47,7 @@ class LexicalConfig(_Section):
     every rollout has some reply over L words, so presence
     per rollout saturates for positives and negatives alike while the share of replies does not.
     Single-turn rollouts count the same either way."""
-    length_threshold: Literal["strongest", "largest", "onset"] = "strongest"
+    length_threshold: Literal["strongest", "largest", "onset"] = "onset"
     """Which of the length limits that pass the test is proposed: `strongest` (the one whose
     statistic is largest, at or past the onset when evidence.length_onset finds one, and none when
     the reward only pays for not being short, evidence.content_only), `largest` (the strictest
@@ -55,7 +55,9 @@ class LexicalConfig(_Section):
     where the reward starts to pay) or `onset` (the passing limit nearest where the reward starts
     to pay more for each extra word, decided at `fdr` against permuted rewards; no length penalty
     while it does not: it needs replies on both sides of each limit, and misses a bar the policy's
-    lengths jump over)."""
+    lengths jump over). `onset` is the default: on the discovery benchmark (benchmarks/discovery.py,
+    16 runs) `strongest` found one more length shortcut but proposed length limits on a control run
+    and beside word shortcuts (precision 0.68 against 0.8x)."""
     min_effect: float = Field(0.8, ge=0)
     """What is worth penalising, not evidence: a pattern that passed the test must also beat the rest
     of its group by this many within-group RM stds (a pattern found by the across-steps test,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import LexicalConfig
-from .evidence import fisher_p
+from .evidence import content_only, fisher_p, length_onset
 from .permutation import centred, detectable_effect, group_index, indicator, residuals, standardised, step_down, within_permutations
-from .surface import Feature
+from .surface import Feature, length_limit
 from .views import ViewSample, prompt_group
 
 SATURATED = 0.8
@@ -180,3 +180,21 @@ def _across(keep: list[Candidate],
     ok = fam.passes(alpha)
     return [Tested(keep[i].key, keep[i].feature, keep[i].shows, float(z[r]), "across")
             for r, i in enumerate(which) if ok[r]]
+
+
+def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[str, int], limits: list[int],
+                  cfg: LexicalConfig, step: int) -> Tested | None:
+    """Of the length limits that passed, the one `cfg.length_threshold` proposes (None: none)."""
+    def limit(t: Tested) -> int:
+        return length_limit(t.feature.regex) or 0
+
+    if cfg.length_threshold == "largest":
+        return max(lengths, key=limit)
+    kw = dict(alpha=cfg.fdr, permutations=min(cfg.permutations, 200), seed=step)
+    onset = length_onset(samples, words, limits, **kw)
+    if cfg.length_threshold == "onset":
+        return None if onset is None else min(lengths, key=lambda t: (abs(limit(t) - onset), t.z))
+    if onset is None and content_only(samples, words, limits, **kw):
+        return None  # the reward pays for not being short, and for nothing beyond
+    return max((t for t in lengths if onset is None or limit(t) >= onset - cfg.length_step),
+               key=lambda t: (t.z, limit(t)), default=None)

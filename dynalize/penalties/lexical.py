@@ -1,9 +1,11 @@
 """The lexical proposer: finds surface patterns the RM rewards, with no LLM (the CPU default).
 
-It contrasts the view's positive- and negative-advantage replies over word n-grams, openers,
-closers and length, keeps the patterns that pass every test of `LexicalConfig` (enrichment,
-Fisher p-value, RM effect within groups), drops those an active penalty covers or explains away,
-and proposes the strongest as a regex penalty. Named detectors (`LexicalConfig.detectors`,
+It tests every word n-gram, opener, closer, detector and length limit of the view against the
+rewards permuted within groups (and, for a pattern that has taken over, across steps), at one
+error rate for them all (`LexicalConfig.fdr`, penalties.discovery), keeps those the RM pays
+enough for (`min_effect`), drops those an active penalty covers or explains away, and proposes
+the strongest as a regex penalty; its `ProposalResult.evidence` says whether finding nothing
+was evidence of nothing. Named detectors (`LexicalConfig.detectors`,
 penalties.detectors: repetition, drift off the prompt's topic, unfinished sentences, ...) go
 through the same tests beside the word patterns and become penalties that name their detector.
 The rules and the evidence for each are in docs/penalties.md ("The lexical proposer", "Named
@@ -30,8 +32,8 @@ from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
 from .detectors import DETECTORS, Detector, detector
-from .discovery import Candidate as Tested_, Tested, decide
-from .evidence import Effect, content_only, fisher_p, length_onset
+from .discovery import Candidate as Tested_, decide, length_choice
+from .evidence import Effect, fisher_p
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
 from .views import ProposerView, ViewSample, per_reply, prompt_group, rollout_id
@@ -199,7 +201,7 @@ class LexicalProposer:
         scored = [t for t in worth if t.feature.kind != "length"]
         if lengths:
             # of the length limits that pass: the strongest, the largest, or the one nearest the onset
-            chosen = self._length_choice(lengths, view.samples, words_of, limits, view.step)
+            chosen = length_choice(lengths, view.samples, words_of, limits, self.cfg, view.step)
             if chosen is None:
                 result.reject("no_onset")
             if chosen is not None:
@@ -246,23 +248,6 @@ class LexicalProposer:
             result.reject("not_best", len(scored) - rank - 1)
             return c
         return None
-
-    def _length_choice(self, lengths: list[Tested], samples: list[ViewSample], words: dict[str, int],
-                       limits: list[int], step: int) -> Tested | None:
-        """Of the length limits that passed, the one `length_threshold` proposes (None: none)."""
-        def limit(t: Tested) -> int:
-            return length_limit(t.feature.regex) or 0
-
-        if self.cfg.length_threshold == "largest":
-            return max(lengths, key=limit)
-        kw = dict(alpha=self.cfg.fdr, permutations=min(self.cfg.permutations, 200), seed=step)
-        onset = length_onset(samples, words, limits, **kw)
-        if self.cfg.length_threshold == "onset":
-            return None if onset is None else min(lengths, key=lambda t: (abs(limit(t) - onset), t.z))
-        if onset is None and content_only(samples, words, limits, **kw):
-            return None  # the reward pays for not being short, and for nothing beyond
-        return max((t for t in lengths if onset is None or limit(t) >= onset - self.cfg.length_step),
-                   key=lambda t: (t.z, limit(t)), default=None)
 
     def _usable_detectors(self, view: ProposerView, result: ProposalResult) -> list[Detector]:
         """The configured detectors this view can test: one that reads the conversation needs it
@@ -411,15 +396,12 @@ class LexicalProposer:
                 f"{what} It rose from the run's first batches to most sampled replies ({p:.0%} of those "
                 f"the reward model scored above their group) while the reward rose with it: the reward "
                 f"model seems to reward the pattern itself rather than the quality of the reply.")
-            refs = list(dict.fromkeys(rollout_id(s.id) for s in samples))
-            if f.kind == "detector":
-                return Candidate(f.title, description, refs, None, groups, detector=f.key)
-            return Candidate(f.title, description, refs, f.regex, groups)
-        description = (
-            f"{what} Among sampled replies, {p:.0%} of those the reward model scored above their "
-            f"group ({round(p * n_pos)}/{n_pos}, from {groups} groups) show this, against {q:.0%} of "
-            f"those it scored below ({round(q * n_neg)}/{n_neg}): the reward model seems to reward "
-            f"the pattern itself rather than the quality of the reply.")
+        else:
+            description = (
+                f"{what} Among sampled replies, {p:.0%} of those the reward model scored above their "
+                f"group ({round(p * n_pos)}/{n_pos}, from {groups} groups) show this, against {q:.0%} of "
+                f"those it scored below ({round(q * n_neg)}/{n_neg}): the reward model seems to reward "
+                f"the pattern itself rather than the quality of the reply.")
         refs = list(dict.fromkeys(rollout_id(s.id) for s in samples))
         if f.kind == "detector":
             return Candidate(f.title, description, refs, None, groups, detector=f.key)
