@@ -23,7 +23,7 @@ generation's peak at the largest vocabulary over its peak at the smallest, per f
 against the issue's bound (≤ 1.5×), computed from the numbers above.
 
 The cells' code is benchmarks/memory_cells.py. The models are random-init Qwen3s of `--shape` (default `small`: hidden 64, 2 layers; the vocabulary
-varies) with dynalize.tiny's tokenizer padded to the vocabulary (benchmarks/gpu_check.py). Nothing
+varies) with dynalize.tiny's tokenizer padded to the vocabulary (benchmarks/padded_policy.py). Nothing
 is downloaded. `--quick`: vocabularies 8192 and 151936, 128 new tokens, batch 4: CI-sized.
 """
 
@@ -62,12 +62,12 @@ def build_models(work: Path, vocab: int, shape: str, dtype: str) -> dict[str, st
     import torch
     from transformers import AutoConfig, AutoTokenizer, Qwen3ForSequenceClassification
 
-    import gpu_check
+    from padded_policy import build_policy
     from dynalize.backends.hf import DTYPES
 
     policy, rm = work / f"policy-{vocab}", work / f"rm-{vocab}"
     if not (policy / "config.json").exists():
-        gpu_check.build_policy(policy, {"vocab_size": vocab, **SHAPES[shape]}, dtype)
+        build_policy(policy, {"vocab_size": vocab, **SHAPES[shape]}, dtype)
     if not (rm / "config.json").exists():
         cfg = AutoConfig.from_pretrained(policy)
         cfg.num_labels = 1

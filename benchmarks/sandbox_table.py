@@ -44,7 +44,6 @@ import argparse
 import json
 import math
 import os
-import random
 import re
 import shutil
 import statistics
@@ -62,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dynalize.tasks.sandbox import FEATURE_SETS, Feature  # noqa: E402  (the benchmark may know the list)
-from dynalize.tasks.sandbox.grammar import corpus  # noqa: E402
+from dynalize.tasks.sandbox.planted import clean_replies, match_feature  # noqa: E402  (re-exported for the other benchmarks)
 
 from sandbox_plots import plots  # noqa: E402
 
@@ -70,8 +69,6 @@ ARMS = ("rm_only", "dynalize")
 LABEL = {"rm_only": "RM-only", "dynalize": "Dynalize"}
 MARGIN = 0.05
 """A 'clear' fall of gold from its peak, in gold units (gold is in [0, 1])."""
-REACT = 0.5
-"""A penalty matches a feature when adding the feature raises its regex's match rate by this much."""
 PRECISION = 0.8
 """The share of Dynalize's penalties, over all seeds, that must match a planted feature."""
 
@@ -171,27 +168,6 @@ def penalty_events(run_dir: Path) -> list[dict[str, Any]]:
     for e in events:
         e["regex"] = regex.get(e["id"])
     return events
-
-
-def clean_replies(features: list[Feature], n: int = 400) -> list[str]:
-    """Corpus replies that show none of the features: the base for the regex/feature matching."""
-    return [r for _, r in corpus(4 * n, seed=12345) if not any(f.present(r) for f in features)][:n]
-
-
-def feature_reaction(regex: str, feature: Feature, base: list[str]) -> float:
-    """How much adding `feature` to clean replies raises the match rate of `regex`."""
-    rx = re.compile(regex)
-    rng = random.Random(0)
-    with_f = [feature.insert(r, rng) for r in base]
-    return (sum(bool(rx.search(t)) for t in with_f) - sum(bool(rx.search(t)) for t in base)) / len(base)
-
-
-def match_feature(regex: str | None, features: list[Feature], base: list[str]) -> tuple[str | None, float]:
-    if not regex:
-        return None, 0.0
-    scores = {f.label: feature_reaction(regex, f, base) for f in features}
-    label = max(scores, key=scores.get)
-    return (label, scores[label]) if scores[label] >= REACT else (None, scores[label])
 
 
 def prevalence(regex: str, rollouts: list[list[str]]) -> float:

@@ -41,12 +41,14 @@ import structlog
 from pydantic import TypeAdapter, ValidationError
 from rich.table import Table
 
+from .caller_state import QUIETED, kept_caller_state, use_root_handler
 from .checkpoint import checkpoints, resume_from
 from .config import ConfigError, RunConfig, _set_dotted, dump_config, flatten, read_yaml, validate
+from .folderlock import FolderLock, hold_folder
 from .plugins import OBJECT_PREFIX, forget_objects, give_object, given_object, import_path, is_given
 from .resume import freeze_derived, resume_config, steps_problem
-from .runlog import RunDir, read_jsonl
-from .summary import incomplete_measurements, summary_rows, summary_table
+from .runlog import RunDir, move_aside, naming, read_jsonl
+from .summary import incomplete_measurements, penalty_rows, summary_rows, summary_table
 
 log = structlog.get_logger("dynalize.run")
 
@@ -73,7 +75,8 @@ class RunResult:
     @property
     def summary(self) -> list[tuple[str, str, str]]:
         """The rows of the summary table the CLI prints: (metric, first, last)."""
-        return summary_rows(self.history, self.run_dir, self.incomplete) if self.history else []
+        return [*summary_rows(self.history, self.run_dir, self.incomplete), *penalty_rows(self.config)] \
+            if self.history else []
 
     def table(self) -> Table:
         """The summary as a rich Table (`rich.print(result.table())`)."""
@@ -87,16 +90,17 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path | None = None, /, *
     or True for the config's own) continues a run from its latest intact checkpoint, `overwrite`
     starts afresh in a used run directory (the old one is moved aside). `log_level=None` leaves
     logging as the caller configured it."""
-    if log_level is not None:
-        setup_logging(log_level.upper())
-    forget_objects()
-    data = _as_tree(config)
-    if resume is True:  # the run directory the config names
-        resume = str(validate(_store_objects(_apply(_copy(data), overrides.items()))).run_dir)
-    cfg = resolve_config(data if config is not None or not resume else None, overrides.items(),
-                         resume=resume or None, overwrite=overwrite, merge=True)
-    return run(cfg, resume=bool(resume), overwrite=overwrite,
-               base=str(config) if isinstance(config, (str, Path)) else "the config given to dynalize.train")
+    with kept_caller_state():  # the caller's logging, threads and random state, as they were
+        if log_level is not None:
+            setup_logging(log_level.upper())
+        forget_objects()
+        data = _as_tree(config)
+        if resume is True:  # the run directory the config names
+            resume = str(validate(_store_objects(_apply(_copy(data), overrides.items()))).run_dir)
+        cfg = resolve_config(data if config is not None or not resume else None, overrides.items(),
+                             resume=resume or None, overwrite=overwrite, merge=True)
+        return run(cfg, resume=bool(resume), overwrite=overwrite,
+                   base=str(config) if isinstance(config, (str, Path)) else "the config given to dynalize.train")
 
 
 def resolve_config(config: Mapping[str, Any] | str | Path | None, overrides: Iterable[tuple[str, Any]] = (), *,
@@ -256,8 +260,10 @@ def _sync(fn: Callable[..., Any], *args: Any) -> Any:
 # --- moved from run.py: logging, threads, the run itself, its summary ---------------------------
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)  # stderr of the moment
-    for noisy in ("httpx", "transformers", "accelerate"):
+    handler = logging.StreamHandler(sys.stderr)  # the stderr of the moment
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    use_root_handler(handler, level)
+    for noisy in QUIETED:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import transformers
 
@@ -293,12 +299,23 @@ async def train_async(cfg: RunConfig, resume: bool, base: str = "the given RunCo
                       overwrite: bool = False) -> list[dict[str, Any]]:
     """Run (or with `resume`, continue) the training `cfg` describes (`base`: where its settings
     started, for the log). A new run refuses a directory that holds files unless `overwrite`
-    (the old directory is then moved aside)."""
+    (the old directory is then moved aside). The run folder is locked for this process while it
+    runs (dynalize.folderlock): a second run of the same folder stops with FolderInUse."""
+    run_dir, cfg = cfg.run_dir, freeze_derived(cfg)
+    if problem := RunDir(run_dir).problem():
+        raise ConfigError(f"config error: {problem}")
+    with hold_folder(run_dir, "run folder") as lock:  # one writer per folder, before any check or write
+        return await _train_held(cfg, resume, base, overwrite, lock)
+
+
+async def _train_held(cfg: RunConfig, resume: bool, base: str, overwrite: bool,
+                      lock: FolderLock) -> list[dict[str, Any]]:
+    """`train_async` with the run folder locked by this process (`lock`)."""
     from .build import build_parts
     from .loop import Orchestrator
 
-    run_dir, cfg = cfg.run_dir, freeze_derived(cfg)
-    if problem := RunDir(run_dir).problem():
+    run_dir = cfg.run_dir
+    if problem := RunDir(run_dir).links_out():
         raise ConfigError(f"config error: {problem}")
     if not resume and not overwrite and RunDir(run_dir).holds_run():
         raise ConfigError(f"config error: {run_dir} already holds a run: continue it with --resume {run_dir}, "
@@ -306,13 +323,13 @@ async def train_async(cfg: RunConfig, resume: bool, base: str = "the given RunCo
     set_torch_threads(cfg.torch_threads)
     parts = build_parts(cfg)
     if overwrite and not resume and parts.run.holds_run():
-        moved = parts.run.move_aside()
+        moved = lock.replace_aside(move_aside)
         log.warning("overwrite: the earlier run was moved aside", run=str(run_dir), moved_to=str(moved))
     orchestrator = Orchestrator(parts)
     if resume and not checkpoints(parts.run.checkpoints_dir):  # killed before its first checkpoint
         log.warning("resume: no checkpoint yet, so the run starts again from step 0 with its saved config "
                     "(the same seed: the same run)", run=str(run_dir))
-        parts.run.truncate(0, 0, [t.name for t in parts.terms])
+        parts.run.truncate(0, 0, _event_logs(parts.terms))
         resume = False
     if resume:
         ckpt, state = resume_from(parts.run.checkpoints_dir, parts.learner, orchestrator.load_state_dict)
@@ -320,10 +337,11 @@ async def train_async(cfg: RunConfig, resume: bool, base: str = "the given RunCo
             raise ConfigError(problem)
         if "eval_rows" not in state and parts.run.eval_path.exists():  # a checkpoint from before eval_rows
             orchestrator.eval_rows = len(read_jsonl(parts.run.eval_path))
-        parts.run.truncate(orchestrator.next_step, state.get("eval_rows"), [t.name for t in parts.terms])
+        parts.run.truncate(orchestrator.next_step, state.get("eval_rows"), _event_logs(parts.terms))
         log.info("resuming", run=str(run_dir), step=orchestrator.next_step, checkpoint=ckpt.name)
     parts.run.create()
-    dump_config(cfg, run_dir / "config.yaml")
+    with naming(run_dir / "config.yaml"):  # a full disk names the file
+        dump_config(cfg, run_dir / "config.yaml")
     log.info("run", name=cfg.name, dir=str(run_dir), config=base, task=cfg.task.name, steps=cfg.steps,
              terms=[t.name for t in parts.terms])
     try:
@@ -336,3 +354,8 @@ async def train_async(cfg: RunConfig, resume: bool, base: str = "the given RunCo
         final = export_policy(run_dir, run_dir / "final", overwrite=True, checkpoint=orchestrator.last_checkpoint)
         log.info("exported the final policy", path=str(final))
     return history
+
+
+def _event_logs(terms: Iterable[Any]) -> list[str]:
+    """The event logs `<name>.jsonl` the run's terms write (a resume trims these, and no other file)."""
+    return [t.name for t in terms if t.event_log]

@@ -322,6 +322,8 @@ def check_config(cfg: RunConfig) -> None:
         _check_model_dir("trainer.kl.reference", cfg.trainer.kl.reference)
     if cfg.policy.lora is not None and importlib.util.find_spec("peft") is None:
         raise ConfigError("config error: policy.lora needs peft, which is not installed: pip install 'dynalize[lora]'")
+    if problem := cfg.trainer.kl.penalty_problem():
+        raise ConfigError(f"config error: trainer.kl: {problem}")
     if cfg.trainer.kl.active and cfg.trainer.kl.reference and cfg.policy.lora:
         raise ConfigError("config error: trainer.kl.reference must be null with policy.lora (the reference is "
                           "the base with its adapters off)")

@@ -33,6 +33,7 @@ import structlog
 import torch
 
 from .errors import ConfigError, describe
+from .runlog import naming
 
 log = structlog.get_logger("dynalize.checkpoint")
 
@@ -113,14 +114,15 @@ def save_checkpoint(path: Path, learner: Any, state: dict[str, Any]) -> None:
     ahead go to inflight.json), written to `<path>.tmp`, checked, then renamed to `path`."""
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    learner.save(str(tmp))
-    if not any(tmp.rglob("*")):
-        raise RuntimeError(f"the learner wrote nothing into checkpoint {tmp}")
-    state = dict(state)
-    (tmp / "rng.json").write_text(json.dumps(rng_state()))
-    (tmp / "inflight.json").write_text(json.dumps(state.pop("inflight", {})))
-    (tmp / "state.json").write_text(json.dumps(state, indent=1))
-    write_manifest(tmp)
+    with naming(tmp):  # a full disk names the checkpoint, whichever library was writing
+        learner.save(str(tmp))
+        if not any(tmp.rglob("*")):
+            raise RuntimeError(f"the learner wrote nothing into checkpoint {tmp}")
+        state = dict(state)
+        (tmp / "rng.json").write_text(json.dumps(rng_state()))
+        (tmp / "inflight.json").write_text(json.dumps(state.pop("inflight", {})))
+        (tmp / "state.json").write_text(json.dumps(state, indent=1))
+        write_manifest(tmp)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
     _fsync_dir(path.parent)

@@ -13,9 +13,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .backends.config import url_credential_problem
 from .errors import ConfigError, one_line
 from .penalties.config import PenaltiesConfig
 from .rubrics.config import RubricConfig
+from .yamlload import safe_load
 
 __all__ = ["ConfigError", "RunConfig", "config_yaml", "dump_config", "flatten", "load_config", "parse_override",
            "read_yaml", "validate"]
@@ -83,7 +85,16 @@ class GeneratorConfig(Section):
     enable_sleep_mode: bool = False
     """vllm: allow sleep()/wake_up() when colocated on one GPU with the learner."""
     base_urls: list[str] = []
-    """remote: roots of the vLLM servers (e.g. http://node1:8000); requests are spread over them."""
+    """remote: roots of the vLLM servers (e.g. http://node1:8000); requests are spread over them.
+    Never a key in them (user info, a key-like query parameter): refused, without being printed."""
+
+    @field_validator("base_urls")
+    @classmethod
+    def _no_key_in_urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if problem := url_credential_problem(url):
+                raise ValueError(problem)
+        return v
     served_model_name: str | None = None
     """remote: the model name the servers serve (default: policy.path)."""
     checkpoint_dir: str | None = None
@@ -142,13 +153,20 @@ class LossConfig(Section):
 
 
 class ReferenceKLConfig(Section):
-    """A KL penalty to a frozen reference policy, β · KL(π_θ ‖ π_ref) per policy token (docs/learner.md)."""
+    """A KL penalty to a frozen reference: per policy token, a term whose expected gradient is
+    β · ∇KL(π_θ ‖ π_ref), stale samples included (docs/learner.md, "KL to a reference model")."""
 
     beta: float = Field(0.0, ge=0)
-    """Weight of the KL term in the loss (0: off, as in TRL and prime-rl)."""
+    """Weight of the penalty (0: off, as in TRL and prime-rl)."""
+    placement: Literal["loss", "advantage"] = "loss"
+    """`loss`: β · r · k added to the loss per policy token (TRL's GRPO, verl's `use_kl_loss`);
+    `advantage`: −β · x, detached, added to each token's advantage (prime-rl's), with r = π_θ / π_gen
+    the policy loss's importance ratio (x, k: `estimator`). Summed over policy tokens / num_loss_tokens,
+    unmasked and unclipped by the policy loss."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Per-token estimator of the KL on the sampled tokens, x = log π_θ − log π_ref: `k1` = x,
-    `k2` = x²/2, `k3` = e^(−x) − 1 + x (TRL's, unbiased and ≥ 0)."""
+    """The per-token estimate of KL(π_θ ‖ π_ref) logged as `kl/ref`, x = log π_θ − log π_ref: `k3` =
+    e^(−x) − 1 + x (TRL's, ≥ 0) or `k2` = x²/2 (r detached) in the loss, `k1` = x as an advantage;
+    the other pairings' gradients are not the KL's: refused. Each gradient per token: r · x · ∇log π_θ."""
     reference: str | None = None
     """The reference: a model directory or `tiny:<name>`; null = the initial policy
     (`policy.path`; with `policy.lora`, the base with its adapters switched off: no second copy)."""
@@ -159,6 +177,17 @@ class ReferenceKLConfig(Section):
     @property
     def active(self) -> bool:
         return self.beta > 0 or self.log
+
+    def penalty_problem(self) -> str | None:
+        """Why the penalty would not do what it says, or None; checked at run start (build.check_config),
+        not by a validator, so that a resumed run's saved settings load and an override mends them."""
+        if self.beta == 0 or (self.estimator == "k1") == (self.placement == "advantage"):
+            return None
+        if self.estimator == "k1":
+            return ("estimator k1 as a loss term has expected gradient 0 on the policy's samples (a silent "
+                    "no-op): set trainer.kl.placement=advantage for k1, or trainer.kl.estimator=k3 or k2")
+        return (f"placement advantage takes estimator k1 (a detached {self.estimator} advantage's gradient "
+                f"is not the KL's): set trainer.kl.estimator=k1, or trainer.kl.placement=loss")
 
 
 class TrainerConfig(Section):
@@ -334,7 +363,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"config error: override {item!r} is not of the form key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_load(raw, f"override {key.strip()}") if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     if isinstance(value, str) and "\n" in raw.strip():  # YAML folds a newline into a space: keep it, checked as given
@@ -355,7 +384,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config error: no such config file: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = safe_load(p.read_text(encoding="utf-8"), str(p)) or {}  # aliases bounded (dynalize.yamlload)
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"config error: {p} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):

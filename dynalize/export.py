@@ -13,8 +13,9 @@ Nothing is ever deleted: DIR must be missing, empty, or (with `--overwrite`) an 
 which is then moved aside to `DIR.replaced-<time>`; a DIR that is or holds a run, or holds anything
 else, is refused. Each export carries a small marker file, `.dynalize-export.json`.
 
-Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damaged one, DIR in use);
-1 an unexpected error, with its traceback.
+Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damaged one, DIR in use,
+a `policy.dtype` in the run's config.yaml that is none; a full disk or a read-only DIR, naming
+the path, with nothing left behind); 1 an unexpected error, with its traceback.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ import json
 import shutil
 import sys
 import tempfile
+import typing
 from pathlib import Path
 
 import structlog
 
 from .checkpoint import checkpoints, damage
-from .config import read_yaml
+from .config import PolicyConfig, read_yaml
 from .errors import ConfigError
-from .runlog import is_run_dir, move_aside
+from .runlog import filesystem_problem, is_run_dir, move_aside, naming
 
 log = structlog.get_logger("dynalize.export")
 
@@ -107,16 +109,11 @@ def export_policy(run: str | Path, out: str | Path, step: int | None = None, ove
     tmp.rmdir()
     dtype = policy_dtype(run)
     try:
-        if saved_dtype(source) == dtype:
-            shutil.copytree(source, tmp)
-        else:
-            resave(source, tmp, dtype)
-        if (source.parent / "adapter").is_dir():  # a LoRA run: the merged model above, its adapter beside
-            shutil.copytree(source.parent / "adapter", tmp / "adapter")
+        with naming(tmp):  # a full disk or a read-only folder names where (safetensors raises its own error)
+            _copy_policy(run, source, tmp, dtype)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # our own half-written copy
         raise
-    (tmp / MARKER).write_text(json.dumps({"run": str(run), "checkpoint": source.parent.name, "dtype": dtype}) + "\n")
     if not has_chat_template(tmp):
         log.warning("export.no_chat_template", out=str(out),
                     why="the policy's tokenizer has none (nor had its base model): set one before chatting with it")
@@ -129,9 +126,28 @@ def export_policy(run: str | Path, out: str | Path, step: int | None = None, ove
     return out
 
 
+def _copy_policy(run: Path, source: Path, tmp: Path, dtype: str) -> None:
+    """The policy of `source` into `tmp` (a new folder) in `dtype`, a LoRA run's adapter beside it,
+    and our marker."""
+    if saved_dtype(source) == dtype:
+        shutil.copytree(source, tmp)
+    else:
+        resave(source, tmp, dtype)
+    if (source.parent / "adapter").is_dir():  # a LoRA run: the merged model above, its adapter beside
+        shutil.copytree(source.parent / "adapter", tmp / "adapter")
+    (tmp / MARKER).write_text(json.dumps({"run": str(run), "checkpoint": source.parent.name, "dtype": dtype}) + "\n")
+
+
 def policy_dtype(run: Path) -> str:
-    """The run's `policy.dtype` (its config.yaml; float32 where it names none)."""
-    return (read_yaml(run / "config.yaml").get("policy") or {}).get("dtype", "float32")
+    """The run's `policy.dtype` (its config.yaml; float32 where it names none); ConfigError for a
+    value that is no dtype of `policy.dtype` (a hand-edited config.yaml)."""
+    policy = read_yaml(run / "config.yaml").get("policy") or {}
+    dtype = policy.get("dtype", "float32") if isinstance(policy, dict) else None
+    allowed = typing.get_args(PolicyConfig.model_fields["dtype"].annotation)
+    if dtype not in allowed:
+        raise ConfigError(f"config error: {run / 'config.yaml'}: policy.dtype is {dtype!r}, not one of "
+                          f"{', '.join(allowed)}: fix it there")
+    return dtype
 
 
 def saved_dtype(model_dir: Path) -> str | None:
@@ -168,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk, a read-only folder: our half-written copy is removed, nothing else touched
+        if problem := filesystem_problem(e, "nothing was written there and nothing was replaced; fix the cause "
+                                            "and export again"):
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        raise
     print(f"exported {out}: load it with AutoModelForCausalLM.from_pretrained({str(out)!r}) or `vllm serve {out}`")
     return 0
 

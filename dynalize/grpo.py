@@ -96,16 +96,45 @@ def ppo_clip_loss(
     return LossOutput(loss, was_clipped, ((ratio * mask).sum() / mask.sum().clamp(min=1)).detach())
 
 
-def reference_kl(logprobs: Tensor, ref_logprobs: Tensor, estimator: Literal["k1", "k2", "k3"] = "k3") -> Tensor:
-    """Per-token estimate of KL(π_θ ‖ π_ref) on tokens sampled from (about) π_θ, with
-    x = log π_θ − log π_ref (Schulman's estimators): k1 = x (unbiased, high variance),
-    k2 = x²/2 (low variance, biased), k3 = e^{−x} − 1 + x (unbiased, low variance, ≥ 0; TRL's)."""
+KLEstimator = Literal["k1", "k2", "k3"]
+KLPlacement = Literal["loss", "advantage"]
+
+
+def reference_kl(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
+    """Per-token value of Schulman's estimators of KL(π_θ ‖ π_ref) on tokens sampled from π_θ,
+    x = log π_θ − log π_ref: k1 = x, k2 = x²/2, k3 = e^(−x) − 1 + x. k1 and k3 are unbiased
+    (k3 ≥ 0, lower variance); k2 is biased as a value but its gradient is the KL's (see
+    `reference_kl_penalty`). What `kl/ref` logs."""
     x = logprobs - ref_logprobs
     if estimator == "k1":
         return x
     if estimator == "k2":
         return 0.5 * x.pow(2)
     return torch.exp(-x) - 1 + x
+
+
+def reference_kl_penalty(logprobs: Tensor, gen_logprobs: Tensor, ref_logprobs: Tensor, loss_mask: Tensor,
+                         estimator: KLEstimator = "k3", placement: KLPlacement = "loss") -> Tensor:
+    """Per-token penalty (batch, seq), 0 off policy tokens, whose gradient in expectation over
+    tokens sampled from the generator π_gen is ∇ KL(π_θ ‖ π_ref) at each token's context.
+
+    With r = π_θ / π_gen (the policy loss's importance ratio) and x = log π_θ − log π_ref:
+    `loss` + k3: r · k3 (TRL's, its use_bias_correction_kl); `loss` + k2: sg(r) · k2;
+    `advantage` + k1: r · sg(x), k1 as a detached per-token advantage −x (prime-rl's). Each
+    one's gradient per token is r · x · ∇log π_θ, and E_gen[r · x · ∇log π_θ] = Σ ∇π_θ · x =
+    ∇ KL(π_θ ‖ π_ref) (Σ ∇π_θ = 0). Without r, k3's would be ∇ KL(π_ref ‖ π_θ), and k1 in the
+    loss has expected gradient 0 (E[∇log π_θ] = 0), so `loss` + k1 is refused.
+    """
+    mask = loss_mask.to(logprobs.dtype)
+    logprobs, ref_logprobs = logprobs * mask, ref_logprobs * mask  # 0 off policy tokens: no inf there
+    ratio = torch.exp(logprobs - gen_logprobs * mask)
+    if placement == "advantage" and estimator == "k1":
+        return ratio * reference_kl(logprobs, ref_logprobs, "k1").detach()
+    if placement == "loss" and estimator == "k2":
+        return ratio.detach() * reference_kl(logprobs, ref_logprobs, "k2")
+    if placement == "loss" and estimator == "k3":
+        return ratio * reference_kl(logprobs, ref_logprobs, "k3")
+    raise ValueError(f"no KL penalty for estimator {estimator!r} placed in the {placement!r}")
 
 
 CHUNK_ELEMENTS = 1 << 23

@@ -10,7 +10,13 @@ way, a second hook name for each new argument, doubles what an author must learn
 Errors. An exception in user code becomes one `HookError` that names the hook and its owner
 ("user_reply of task my_pkg.tutor:TutorTask raised IndexError: ...") and is chained to the
 original (`__cause__`, with the traceback into the user's code); a ConfigError (a bad input the
-user fixes, e.g. a reward function returning the wrong number of scores) passes as it is. Hooks run concurrently in anyio
+user fixes, e.g. a reward function returning the wrong number of scores) passes as it is. User code
+that tries to end the process is caught too: a `SystemExit` (`sys.exit()` in a reward function) is
+a bug in that code, not the end of the run, and inside the event loop it would end the process
+with its own status (0: a run that looks finished, at step 1, with nothing saved); it becomes a
+one-line HookError naming the hook and the line that raised it. A `KeyboardInterrupt` becomes a
+HookError whose `error` is the interrupt (the CLI takes its interrupted path, exit 130), instead of
+asyncio's traceback of a task that raised it. Hooks run concurrently in anyio
 task groups, which wrap errors in (nested) exception groups; `unwrap_hook_errors` turns a group
 of HookErrors back into the first of them, so the CLI shows one error once.
 """
@@ -18,6 +24,7 @@ of HookErrors back into the first of them, so the CLI shows one error once.
 from __future__ import annotations
 
 import inspect
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -52,9 +59,21 @@ class HookError(RuntimeError):
     """User code raised: `hook` of `owner` (e.g. "task my_pkg.tutor:TutorTask") failed with
     `error`, which is also the `__cause__`."""
 
-    def __init__(self, owner: str, hook: str, error: Exception):
+    def __init__(self, owner: str, hook: str, error: BaseException, message: str | None = None):
         self.owner, self.hook, self.error = owner, hook, error
-        super().__init__(f"{hook} of {owner} raised {type(error).__name__}: {error}")
+        super().__init__(message or f"{hook} of {owner} raised {type(error).__name__}: {error}")
+
+
+def stopped_process(owner: str, hook: str, e: SystemExit | KeyboardInterrupt) -> HookError:
+    """The HookError for user code that tried to end the process: one line naming the hook and
+    where the code raised (the traceback is not shown: that line says it all)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    if isinstance(e, KeyboardInterrupt):
+        return HookError(owner, hook, e.with_traceback(None), f"{hook} of {owner} raised KeyboardInterrupt{where}")
+    return HookError(owner, hook, e.with_traceback(None),
+                     f"{hook} of {owner} raised SystemExit({e.code!r}){where}: user code must not end the process "
+                     f"(the run is not finished); raise an exception instead")
 
 
 @contextmanager
@@ -64,6 +83,8 @@ def user_code(owner: str, hook: str) -> Iterator[None]:
         yield
     except (HookError, ConfigError):  # a ConfigError is already one line for the user (exit 2)
         raise
+    except (SystemExit, KeyboardInterrupt) as e:
+        raise stopped_process(owner, hook, e) from None
     except Exception as e:
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:

@@ -4,8 +4,9 @@
               (batch j is sampled by the policy of step j − async_level); drop rollouts older
               than `max_off_policy_steps` versions, counted;
   score       every reward term scores the batch, concurrently; reward = the sum of the terms;
-              a group with a rollout some term could not score (a failed judge verdict) is
-              left out of the update, counted (`left_out`), never read as clean;
+              a group with a rollout some term could not score (a failed judge verdict), or
+              whose simulated user failed (`user_failed`), is left out of the update, counted
+              (`left_out`, `user_sim/failed`), never read as clean;
   advantages  group-relative advantages of that reward (dynalize.grpo), computed once;
   propose     terms that learn from the scored batch start their background work (Dynalize's
               proposer); training never waits for it;
@@ -42,12 +43,12 @@ from .errors import RunStopped
 from .hooks import optional, owner_name, unwrap_hook_errors, user_code
 from .judge.stats import FailureWindow
 from .rewards.base import RewardTerm, score_batch
-from .rollouts import sample_groups
+from .rollouts import USER_FAILED, sample_groups
 from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
 from .tasks.base import Task
 from .trackers import Trackers
-from .types import Batch, Rollout, TrainSequence
+from .types import Batch, Rollout, TrainSequence, output_step
 
 log = structlog.get_logger("dynalize.loop")
 
@@ -103,7 +104,7 @@ def step_labelled(event: dict[str, Any], batch: int) -> dict[str, Any]:
     """A term's event (`batch` when it names none) with its batch numbers as the step they happened
     in (batch k is step k + 1: the convention of every output, training steps completed)."""
     out = {"step": batch, **event}
-    return {k: v + 1 if k in STEP_FIELDS and isinstance(v, int) else v for k, v in out.items()}
+    return {k: output_step(v) if k in STEP_FIELDS and isinstance(v, int) else v for k, v in out.items()}
 
 
 def _stats(name: str, values: list[float]) -> dict[str, float]:
@@ -139,6 +140,8 @@ class Orchestrator:
         self.next_step = 0
         self.dropped_total = 0
         self.left_out_total = 0
+        self.user_failed_total = 0  # conversations whose simulated user failed (rollouts.USER_FAILED)
+        self.user_error: str | None = None  # the last such failure's reason, for the stop line
         self.left_out = FailureWindow(cfg.max_left_out_rate, cfg.left_out_window)
         """Rollouts left out and scored over the last steps: `max_left_out_rate`'s stop rule. Not
         checkpointed, like the judge's window: a resume after fixing the cause starts afresh."""
@@ -167,6 +170,7 @@ class Orchestrator:
             "generator_version": p.generator.version,
             "dropped_total": self.dropped_total,
             "left_out_total": self.left_out_total,
+            "user_failed_total": self.user_failed_total,
             "eval_rows": self.eval_rows,
             "tokens": self.tokens.state_dict(),
             "terms": {t.name: t.state_dict() for t in p.terms},
@@ -178,6 +182,7 @@ class Orchestrator:
         self.next_step = state["step"]
         self.dropped_total = state["dropped_total"]
         self.left_out_total = state.get("left_out_total", 0)
+        self.user_failed_total = state.get("user_failed_total", 0)
         self.eval_rows = state.get("eval_rows", 0)
         self.tokens.load_state_dict(state.get("tokens", {}))
         self._generator_version = state["generator_version"]
@@ -279,7 +284,7 @@ class Orchestrator:
         if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
         if stop:
-            log.error("run.stopped", step=step + 1, reason=stop)
+            log.error("run.stopped", step=output_step(step), reason=stop)
             raise RunStopped(f"{stop} (stopped after step {step + 1}; checkpoint written: fix the cause, then "
                              f"--resume {p.run.root})")
         return record
@@ -287,12 +292,17 @@ class Orchestrator:
     # --- the phases ---------------------------------------------------------------------------------
 
     def leave_out_unscored(self, batch: Batch, record: dict[str, Any]) -> Batch:
-        """`batch` without the groups that hold a rollout some term could not score: their rewards,
-        hence every advantage in the group, are unknown. Each rollout left out is marked
-        (`left_out`) and counted in `record`."""
+        """`batch` without the groups that hold a rollout some term could not score, or whose
+        simulated user failed mid-conversation: their rewards, hence every advantage in the group,
+        are unknown. Each rollout left out is marked (`left_out`) and counted in `record`."""
+        failed_users = [r.info[USER_FAILED] for r in batch.rollouts if r.info.get(USER_FAILED)]
+        self.user_failed_total += len(failed_users)
+        self.user_error = failed_users[-1] if failed_users else self.user_error
+        if self.p.task.max_turns > 1:  # a simulated user takes part
+            record.update({"user_sim/failed": len(failed_users), "user_sim/failed_total": self.user_failed_total})
         kept, left_out = [], 0
         for g in batch.groups:
-            if any(r.info.get("unscored") for r in g):
+            if any(r.info.get("unscored") or r.info.get(USER_FAILED) for r in g):
                 left_out += len(g)
                 for r in g:
                     r.info["left_out"] = True
@@ -301,7 +311,7 @@ class Orchestrator:
         self.left_out_total += left_out
         self.left_out.add(left_out, len(batch.rollouts))
         if left_out:
-            log.warning("groups with unscored rollouts are left out of the update", step=batch.step,
+            log.warning("groups with unscored rollouts are left out of the update", step=output_step(batch.step),
                         rollouts=left_out, total=self.left_out_total)
         record.update({"left_out": left_out, "left_out_total": self.left_out_total,
                        "left_out_rate": left_out / len(batch.rollouts) if batch.rollouts else 0.0})
@@ -313,9 +323,11 @@ class Orchestrator:
         if (over := self.left_out.over_limit()) is None:
             return None
         n, scored = over
+        user = (f", or whose simulated user failed ({self.user_failed_total} conversations so far; last error: "
+                f"{self.user_error})" if self.user_error else "")
         return (f"{n} of {scored} rollouts ({n / scored:.0%}) were left out of the update over the last "
                 f"{len(self.left_out.steps)} steps, more than max_left_out_rate={self.left_out.max_rate}: their groups "
-                f"held a rollout no term could score (see judge/failed_verdicts and the judge's last error)")
+                f"held a rollout no term could score (see judge/failed_verdicts and the judge's last error){user}")
 
     async def collect(self, step: int, record: dict[str, Any]) -> tuple[Batch, float]:
         """Batch `step`, with stale rollouts dropped (counted in `record`), and its generation time."""
@@ -325,7 +337,7 @@ class Orchestrator:
         groups, dropped, staleness = split_stale(groups, self.p.learner.version, self.p.cfg.max_off_policy_steps)
         self.dropped_total += dropped
         if dropped:
-            log.warning("dropped stale rollouts", step=step, dropped=dropped, total=self.dropped_total)
+            log.warning("dropped stale rollouts", step=output_step(step), dropped=dropped, total=self.dropped_total)
         record.update({"staleness": {str(k): v for k, v in sorted(staleness.items())}, "dropped": dropped,
                        "dropped_total": self.dropped_total})
         return Batch(step=step, groups=groups), gen_time
@@ -385,6 +397,8 @@ class Orchestrator:
                 task.evaluate, conversations=[r.conversation for r in rollouts]))
             if not isinstance(metrics, dict) or not all(isinstance(v, (int, float)) for v in metrics.values()):
                 raise TypeError(f"returned {metrics!r:.80}, not a dict of metric name → number")
+        if failed := sum(bool(r.info.get(USER_FAILED)) for r in rollouts):  # conversations cut short, counted
+            metrics = {**metrics, "user_sim_failed": failed}
         batch = Batch(step, groups)
         rm = self.p.term("rm")
         if rm is not None:

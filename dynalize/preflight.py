@@ -10,7 +10,10 @@ run's own model name and key, and each server of a remote generator `GET /v1/mod
 An endpoint that cannot be reached, refuses the key (401/403), does not serve the model, or
 answers the request with an error stops the run with one line naming the role, the setting and
 the endpoint (a `ConfigError`: `python -m dynalize.run` exits 2). Transient answers (timeouts,
-5xx) are tried three times; a server still rate-limiting (429) passes with a warning.
+5xx) are tried three times (at most `max_retries` + 1); a server still rate-limiting (429) passes
+with a warning. A chat model's `timeout` (at most PING_TIMEOUT_S) is a deadline for each whole
+request, last byte of the answer included: a server trickling its answer is cut at it. Every
+line is masked (`mask_secrets`): a key an endpoint echoes back is never printed.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from .backends.config import ChatModelConfig
+from .backends.secrets import mask_secrets
 from .config import RunConfig
 from .errors import ConfigError, describe
 
@@ -146,19 +150,26 @@ async def ping_all(cfg: RunConfig) -> None:
     failed = [f"{what}: {problem}" for (what, _), problem in zip(checks, problems) if problem]
     if failed:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        raise PreflightError(f"preflight: {failed[0]}{more}; fix the endpoint, or set preflight: false to skip "
-                             f"this check")
+        keys = [os.environ.get(r.chat.api_key_env) for r in chat_roles(cfg) if r.chat.api_key_env]
+        raise PreflightError(mask_secrets(f"preflight: {failed[0]}{more}; fix the endpoint, or set preflight: false "
+                                          f"to skip this check", *keys))
     log.info("preflight: every API-backed model answered", endpoints=len(checks))
 
 
-async def _request(client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response | str:
-    """The response (after up to ATTEMPTS tries of timeouts, connection errors and 5xx), or why none came."""
+async def _request(client: httpx.AsyncClient, method: str, url: str, *, deadline: float = PING_TIMEOUT_S,
+                   attempts: int = ATTEMPTS, **kw: Any) -> httpx.Response | str:
+    """The response (after up to `attempts` tries of timeouts, connection errors and 5xx), or why
+    none came. `deadline` bounds each whole try, from sending to the answer's last byte."""
     reason = ""
-    for attempt in range(ATTEMPTS):
+    for attempt in range(attempts):
         if attempt:
             await anyio.sleep(attempt)
         try:
-            resp = await client.request(method, url, **kw)
+            with anyio.fail_after(deadline):
+                resp = await client.request(method, url, timeout=deadline, **kw)
+        except TimeoutError:
+            reason = f"gives no complete answer within the deadline of {deadline:g}s (timeout)"
+            continue
         except httpx.HTTPError as e:
             reason = f"cannot be reached ({describe(e, 200)})"
             continue
@@ -190,7 +201,7 @@ async def _ping_chat(client: httpx.AsyncClient, chat: ChatModelConfig) -> str | 
     body = {"model": chat.model, "messages": [{"role": "user", "content": "Reply with the word OK."}],
             "max_tokens": PING_TOKENS, "temperature": chat.temperature}
     resp = await _request(client, "POST", url, json=body, headers=_key_headers(chat.api_key_env),
-                          timeout=min(chat.timeout, PING_TIMEOUT_S))
+                          deadline=min(chat.timeout, PING_TIMEOUT_S), attempts=min(ATTEMPTS, chat.max_retries + 1))
     if isinstance(resp, str):
         return resp
     if resp.status_code in (401, 403):

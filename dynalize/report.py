@@ -51,6 +51,8 @@ from .analysis.tables import (
     table1,
     table1_cells,
 )
+from .errors import ConfigError
+from .runlog import filesystem_problem, is_run_dir, write_text_atomic
 
 console = Console()
 
@@ -77,7 +79,7 @@ def parse_report_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rollouts-kind", default="step", choices=("step", "eval"),
                     help="pattern plot: training rollouts (step) or held-out generations (eval)")
     ap.add_argument("--out", help="output directory (default <first run>/plots)")
-    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-plots", action="store_true", help="print the tables only, write no plots")
     ap.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML page instead (curves, penalty "
                     "timelines, a rollout browser; the runs side by side)")
     ap.add_argument("--rollout-steps", type=int, default=ROLLOUT_STEPS, metavar="N",
@@ -86,6 +88,27 @@ def parse_report_args(argv: list[str]) -> argparse.Namespace:
     if args.window[0] > args.window[1]:
         ap.error("--window LO HI needs LO <= HI")
     return args
+
+
+def output_problem(target: Path, kind: str) -> str | None:
+    """Why the report may not write `target` (a file, or a folder it writes into), or None: a
+    report never lands on a run's own files, so anything inside a run folder (a training run's or
+    a monitor's) is refused except its `plots/` folder and its `report.html`."""
+    path = target.resolve()
+    for folder in [path, *path.parents]:
+        if is_run_dir(folder):
+            inside = path.relative_to(folder).parts
+            if inside[:1] == ("plots",) or inside == ("report.html",):
+                return None
+            return (f"{kind} {target} is inside the run {folder}: a report never writes over a run's files; "
+                    f"write it elsewhere, or under {folder / 'plots'}")
+    return None
+
+
+def checked_output(target: Path, kind: str) -> Path:
+    if problem := output_problem(target, kind):
+        raise ReportError(problem)
+    return target
 
 
 def baseline_index(runs: list[Run], spec: str | None) -> int:
@@ -100,11 +123,11 @@ def baseline_index(runs: list[Run], spec: str | None) -> int:
 def build_report(args: argparse.Namespace) -> dict[str, Any]:
     """Tables and plots for the runs; returns what report.json holds."""
     runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
+    out = checked_output(Path(args.out) if args.out else runs[0].path / "plots", "--out")
     base = baseline_index(runs, args.baseline)
     metrics = [parse_metric(m) for m in args.metric] if args.metric else default_metrics(runs)
     rm_metric = parse_metric(args.rm_metric)
     window = (args.window[0], args.window[1])
-    out = Path(args.out) if args.out else runs[0].path / "plots"
     out.mkdir(parents=True, exist_ok=True)
     md = ["# dynalize report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]
     result: dict[str, Any] = {"runs": {r.name: str(r.path) for r in runs}, "tables": [], "axes": [], "judges": [],
@@ -133,8 +156,8 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_plots:
         result["plots"] = [str(p) for p in make_plots(runs, metrics, rm_metric, window, out, args)]
         md += ["## Figures", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in result["plots"]] + [""]
-    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
-    (out / "report.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    write_text_atomic(out / "report.md", "\n".join(md))
+    write_text_atomic(out / "report.json", json.dumps(result, indent=1, default=str))
     console.print(f"written: {out / 'report.md'}, {out / 'report.json'}"
                   + (f" and {len(result['plots'])} plot(s)" if result["plots"] else ""))
     return result
@@ -193,7 +216,7 @@ def parse_rubric_args(argv: list[str]) -> argparse.Namespace:
                     help="steps averaged for End (default: the last quarter of each run's evaluations)")
     ap.add_argument("--baseline", help="the run win counts compare with (path or name; default the first)")
     ap.add_argument("--out", help="output directory (default <first run>/plots)")
-    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-plots", action="store_true", help="print the tables only, write no plots")
     args = ap.parse_args(argv)
     if args.window and args.window[0] > args.window[1]:
         ap.error("--window LO HI needs LO <= HI")
@@ -205,6 +228,7 @@ def rubric_report(args: argparse.Namespace) -> dict[str, Any]:
         rubric_run, summary_cells
 
     runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
+    out = checked_output(Path(args.out) if args.out else runs[0].path / "plots", "--out")
     base = baseline_index(runs, args.baseline)
     window = tuple(args.window) if args.window else None
     measured = [rubric_run(r, window) for r in runs]  # type: ignore[arg-type]
@@ -219,7 +243,6 @@ def rubric_report(args: argparse.Namespace) -> dict[str, Any]:
                   anchor_cells(measured))]
     if (cost := cost_cells(runs))[1]:  # API-backed judges: what the run spent
         sections.append(("Judge cost: tokens over the run, per API-backed role", cost))
-    out = Path(args.out) if args.out else runs[0].path / "plots"
     out.mkdir(parents=True, exist_ok=True)
     md = ["# dynalize rubric report", "", "Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs), ""]
     for title, (header, body) in sections:
@@ -232,8 +255,8 @@ def rubric_report(args: argparse.Namespace) -> dict[str, Any]:
         path = plot_rubric(measured, out / "rubric.png")
         result["plots"].append(str(path))
         md += ["## Figures", "", f"![rubric]({path.name})", ""]
-    (out / "rubric_report.md").write_text("\n".join(md), encoding="utf-8")
-    (out / "rubric_report.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    write_text_atomic(out / "rubric_report.md", "\n".join(md))
+    write_text_atomic(out / "rubric_report.json", json.dumps(result, indent=1, default=str))
     console.print(f"written: {out / 'rubric_report.md'}, {out / 'rubric_report.json'}")
     return result
 
@@ -301,6 +324,7 @@ async def compare_penalties(chosen: list[Any], old_run: Run, targets: list[Run],
 
 
 def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
+    out = checked_output(Path(args.out) if args.out else Path(args.penalties) / "plots", "--out")
     results, chosen, matches = anyio.run(run_audit, args)
     header = ["replies of", "step", "replies", "≥ 1 penalty", "mean per reply", "undecided verdicts"]
     body = [[r.target, str(r.step), str(r.n_replies), f"{100 * r.share_any:.1f}%", f"{r.mean_count:.3f}",
@@ -319,15 +343,13 @@ def audit_report(args: argparse.Namespace) -> list[dict[str, Any]]:
     md_match = match_tables(results[0].source, matches, notes) if matches else []
     for n in notes:
         console.print(f"[yellow]note:[/] {n}")
-    out = Path(args.out) if args.out else Path(args.penalties) / "plots"
     out.mkdir(parents=True, exist_ok=True)
     stem = f"audit_{_slug(results[0].source)}_{args.which}"
     md = [f"# {title}", "", markdown(header, body), "", markdown(per_header, per_body), ""] + md_match
     md += [f"- {n}" for n in notes]
-    (out / f"{stem}.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
     rows = [r.to_json() for r in results]
-    (out / f"{stem}.json").write_text(json.dumps({"audits": rows, "compare": matches} if matches else rows, indent=1),
-                                      encoding="utf-8")
+    write_text_atomic(out / f"{stem}.json", json.dumps({"audits": rows, "compare": matches} if matches else rows, indent=1))
     console.print(f"written: {out / (stem + '.md')}, {out / (stem + '.json')}")
     return rows
 
@@ -364,12 +386,18 @@ def main(argv: list[str] | None = None) -> int:
             rubric_report(parse_rubric_args(argv[1:]))
         elif (args := parse_report_args(argv)).html:
             runs = [Run(p, n) for p, n in zip(args.runs, unique_names(args.runs))]
-            console.print(f"written: {write_html_report(runs, Path(args.html), args.rollout_steps)}")
+            html = checked_output(Path(args.html), "--html")
+            console.print(f"written: {write_html_report(runs, html, args.rollout_steps)}")
         else:
             build_report(args)
-    except (ReportError, FileNotFoundError) as e:
+    except (ReportError, ConfigError, FileNotFoundError) as e:  # ConfigError: a damaged run file (runlog)
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        if problem := filesystem_problem(e, "nothing was half written: fix the cause and run the report again"):
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        raise
     return 0
 
 

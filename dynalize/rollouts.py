@@ -2,12 +2,15 @@
 
 Single-turn: one policy reply. Multi-turn (`task.max_turns > 1`): policy replies alternate with
 simulated-user messages (`task.user_reply`) until the user ends the conversation or the turn
-limit is reached. The learner trains on exactly the token ids the generator saw and produced:
-generated ids are kept as they are, and only the text *between* replies (end of the reply's
-message, the user's message, the next generation prompt, as the chat template renders them after
-the reply in the whole conversation) is tokenised, so the loss mask (1 on policy tokens, 0 on
-everything else) can never shift, and templates that render the last assistant turn unlike the
-earlier ones (Qwen3's) work. Each turn samples with its own seed, derived from the batch's.
+limit is reached. A simulated user whose engine fails (`EngineError`: an API still answering
+500 after its retries) ends that conversation there, marked `user_failed` with the reason; the
+loop leaves its group out of the update, counted, as it does a failed judge verdict (any other
+exception in `user_reply` is a bug: it stops the run as a HookError). The learner trains on
+exactly the token ids the generator saw and produced: generated ids are kept as they are, and
+only the text *between* replies (end of the reply's message, the user's message, the next
+generation prompt, as the chat template renders them after the reply in the whole conversation)
+is tokenised, so the loss mask (1 on policy tokens, 0 on everything else) can never shift, and
+templates that render the last assistant turn unlike the earlier ones (Qwen3's) work. Each turn samples with its own seed, derived from the batch's.
 """
 
 from __future__ import annotations
@@ -16,12 +19,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
+import structlog
 
-from .backends.base import Completion, Generator, SamplingParams
-from .hooks import optional, owner_name, unwrap_hook_errors, user_code
+from .backends.base import Completion, EngineError, Generator, SamplingParams
+from .errors import describe
+from .hooks import HookError, optional, owner_name, unwrap_hook_errors, user_code
 from .schedule import derived_seed
 from .tasks.base import Task
 from .types import Message, Prompt, Rollout
+
+log = structlog.get_logger("dynalize.rollouts")
+
+USER_FAILED = "user_failed"
+"""A rollout's `info` key: why its simulated user gave no next message (its engine failed); the
+conversation ends there and the loop leaves the rollout's group out of the update."""
 
 
 def render(tokenizer: Any, messages: list[Message], generation_prompt: bool) -> str:
@@ -84,6 +95,7 @@ class _Episode:
     reasoning: list[str] = field(default_factory=list)
     truncated: bool = False
     done: bool = False
+    user_failed: str | None = None
 
     @property
     def conversation(self) -> list[Message]:
@@ -113,6 +125,7 @@ class _Episode:
             replies=self.replies, reasoning=self.reasoning if any(self.reasoning) else [],
             policy_version=version, truncated=self.truncated,
             messages=list(self.prompt.messages), meta=self.prompt.meta, turns=self.turns,
+            info={USER_FAILED: self.user_failed} if self.user_failed else {},
         )
 
 
@@ -147,15 +160,23 @@ async def sample_groups(
 async def _user_turns(task: Task, tokenizer: Any, episodes: list[_Episode], stops: list[str | None]) -> None:
     """Ask the simulated user for each conversation's next message, concurrently (with the
     conversation's Prompt when `user_reply` names a `prompt` argument). `stops[i]`: the text of
-    the token episode i's last reply stopped on (None: it ran out of tokens). A failing
-    `user_reply` raises one HookError, however many conversations it failed in."""
+    the token episode i's last reply stopped on (None: it ran out of tokens). A simulated user
+    whose engine fails ends its conversation (`user_failed`); any other failing `user_reply`
+    raises one HookError, however many conversations it failed in."""
     owner = owner_name("task", task)
 
     async def one(e: _Episode, stop: str | None) -> None:
-        with user_code(owner, "user_reply"):
-            user = await task.user_reply(e.conversation, **optional(task.user_reply, prompt=e.prompt))
-            if user is not None and not isinstance(user, str):
-                raise TypeError(f"returned a {type(user).__name__}, not a str or None")
+        try:
+            with user_code(owner, "user_reply"):
+                user = await task.user_reply(e.conversation, **optional(task.user_reply, prompt=e.prompt))
+                if user is not None and not isinstance(user, str):
+                    raise TypeError(f"returned a {type(user).__name__}, not a str or None")
+        except HookError as err:
+            if not isinstance(err.error, EngineError):
+                raise
+            e.user_failed, e.done = describe(err.error), True
+            log.warning("rollout.user_failed", prompt_id=e.prompt.id, reason=e.user_failed)
+            return
         if user is None:
             e.done = True
             return

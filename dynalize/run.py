@@ -8,7 +8,8 @@ Dynalize on, a few minutes on a CPU).
 
 Exit codes (README.md, docs/reliability.md): 0 finished; 1 an unexpected error (a traceback; task
 code that raised: which hook, then its traceback); 2 bad input (one line: a config, a task, data,
-a run directory already in use, a resume that would change what the run is, no intact
+a run directory already in use or held by another process (one writer per folder), a link in
+it that leads out of it, a resume that would change what the run is, no intact
 checkpoint, an engine misconfigured or an API-backed model unreachable, before the run directory
 exists; a full disk or a read-only folder, without damaging anything earlier); 3 the run stopped
 itself (one line: a judge that keeps failing, too many rollouts left out; a checkpoint was
@@ -32,6 +33,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from . import api
+from .caller_state import LOG_LEVEL_HELP
 from .api import follow, set_torch_threads, setup_logging  # noqa: F401 - their old home
 from .api import train_async as train  # noqa: F401 - the coroutine, as callers of dynalize.run know it
 from .config import ConfigError, RunConfig, config_yaml, parse_override
@@ -75,15 +77,15 @@ def sections_help() -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.run", description=__doc__.splitlines()[0],
                                  epilog=sections_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="YAML experiment file (default: dynalize/config.py's defaults; with no "
-                                     "arguments at all, the built-in sandbox demo)")
+    ap.add_argument("--config", help="YAML experiment file (default: with no --config, --resume or override, "
+                                     "the built-in sandbox demo; with overrides, dynalize/config.py's defaults)")
     ap.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest intact checkpoint "
                     "(with --config, that file's settings, checked against the run's)")
     ap.add_argument("--overwrite", action="store_true",
                     help="start afresh in a run directory already in use, moving the old one aside")
     ap.add_argument("--print-config", action="store_true",
                     help="print the resolved config (YAML, usable as --config) and exit without running")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
     ap.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.lr=1e-5 steps=40")
     return ap.parse_args(argv)
 
@@ -96,8 +98,9 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
 
 
 def base_config(args: argparse.Namespace) -> Path | None:
-    """Where a new run's settings start: `--config`, the built-in demo when there are no arguments
-    at all, else no file (dynalize/config.py's defaults)."""
+    """Where a new run's settings start: `--config`; the built-in demo when no override is given
+    either (flags that set nothing, such as --overwrite or --print-config, do not count); else no
+    file (dynalize/config.py's defaults)."""
     if args.config:
         return Path(args.config)
     return None if args.overrides else DEFAULT_CONFIG
@@ -133,10 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopped: {err}", file=sys.stderr)
             return 3
         if isinstance(err := _find(e, (HookError,)), HookError):  # task code failed: which hook of which
-            print(f"error: {err}", "".join(traceback.format_exception(err.error)),  # task, then its traceback
-                  sep="\n", end="", file=sys.stderr)
+            if isinstance(err.error, KeyboardInterrupt):  # raised by user code: the interrupted path
+                print(f"interrupted: {err}; metrics and rollouts written so far are kept", file=sys.stderr)
+                return 130
+            trace = "".join(traceback.format_exception(err.error)) if err.error.__traceback__ else ""
+            print(f"error: {err}\n{trace}", end="", file=sys.stderr)  # task, then its traceback (if it tells more)
             return 1
-        if problem := filesystem_problem(_find(e, (OSError,))):  # a full disk, a read-only folder
+        if problem := next(filter(None, map(filesystem_problem, _walk(e))), None):  # a full disk, a read-only folder
             print(f"error: {problem}", file=sys.stderr)
             return 2
         raise
@@ -157,6 +163,13 @@ def _find(e: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseExcep
         if (found := _find(inner, kinds)) is not None:
             return found
     return None
+
+
+def _walk(e: BaseException) -> typing.Iterator[BaseException]:
+    """`e` and every exception inside it, depth first (task groups wrap what they raise)."""
+    yield e
+    for inner in getattr(e, "exceptions", ()):
+        yield from _walk(inner)
 
 
 def exit_process(status: int) -> None:

@@ -5,7 +5,9 @@ dynalize.checkpoint).
 Every line is flushed and fsynced as it is written, and rollout files are written whole then
 renamed, so a crash mid-run loses at most the step in flight and never leaves a broken line. A
 run directory is never reused by accident: a new run refuses a directory that holds files,
-unless told to move it aside (`--overwrite`).
+unless told to move it aside (`--overwrite`), and any run refuses one holding a link that leads
+out of it (`links_out`). A file that is not JSON lines of objects is `DamagedFile` (one line);
+an OS error is named by the path being written (`naming`), also where a library wraps it.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Sequence
 
+from .errors import ConfigError
 from .types import Message, Rollout
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     """Append one JSON line durably."""
-    with open(path, "a", encoding="utf-8") as f:
+    with naming(path), open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -30,23 +36,49 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
 
 def write_jsonl_atomic(path: Path, records: list[dict[str, Any]]) -> None:
     """Write a whole JSONL file via a temporary file and rename."""
+    write_text_atomic(path, (json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def write_text_atomic(path: Path, chunks: str | Iterable[str]) -> None:
+    """Write `path` whole or not at all: into `<path>.tmp`, fsynced, then renamed over `path`. On
+    any failure (a full disk) the temporary file is removed and `path` is as it was."""
+    path, chunks = Path(path), [chunks] if isinstance(chunks, str) else chunks
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with naming(tmp), open(tmp, "w", encoding="utf-8") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class DamagedFile(ConfigError):
+    """A log or rollout file that is not JSON lines of objects (binary, or a line holding an array
+    or a number): one line naming the file and the line; nothing is rewritten."""
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """All complete JSON lines of a file (a torn last line, if any, is skipped)."""
+    """All complete JSON lines of a file, each an object (a torn last line, if any, is skipped);
+    DamagedFile for a file that is not text or a line that holds another JSON value."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DamagedFile(f"{path} is damaged: not UTF-8 text (byte {e.start}): not a JSON-lines file; "
+                          f"restore it or move it away") from None
     out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(record, dict):
+            raise DamagedFile(f"{path} is damaged: line {n} holds a JSON {type(record).__name__}, not an object; "
+                              f"restore the file or remove that line")
+        out.append(record)
     return out
 
 
@@ -72,15 +104,49 @@ FILESYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENO
 """The errors of a disk or folder that is full, read-only, or not what a run needs."""
 
 
-def filesystem_problem(e: BaseException | None) -> str | None:
+WRAPPED_OS_ERROR = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
+"""How an OS error reads inside another exception's message: a Rust library's (safetensors,
+tokenizers: "(os error 28)") or one that collects OSErrors as text (shutil.copytree's Error)."""
+
+
+def as_os_error(e: BaseException | None) -> OSError | None:
+    """`e` as an OSError with its errno: itself, or one a library wrapped in its own exception
+    (safetensors raises `SafetensorError("... No space left on device (os error 28)")`, copytree
+    an errno-less `shutil.Error` listing them); else None."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return e
+    if e is not None and (m := WRAPPED_OS_ERROR.search(str(e))):
+        code = int(m[1] or m[2])
+        return OSError(code, os.strerror(code))
+    return None
+
+
+@contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """Run the block; an OS error it raises that names no file (a write or fsync on a full disk, or
+    one a library wraps: `as_os_error`) is raised again as an OSError naming `path`."""
+    try:
+        yield
+    except Exception as e:
+        os_error = as_os_error(e)
+        if os_error is None or (os_error is e and os_error.filename):
+            raise
+        raise OSError(os_error.errno, os_error.strerror, str(path)) from e
+
+
+RESUME_HINT = "what was written before is intact: fix the cause, then --resume the run"
+
+
+def filesystem_problem(e: BaseException | None, then: str = RESUME_HINT) -> str | None:
     """One line for a file system error (a full disk, a read-only folder, a path that is not a
-    folder), naming the path and the cause; None for any other error. Files are written whole
-    (checkpoints renamed when complete, lines fsynced), so what was written before is intact."""
-    if not isinstance(e, OSError) or e.errno not in FILESYSTEM_ERRORS:
+    folder), naming the path and the cause, then `then`; None for any other error. A run's files
+    are written whole (checkpoints renamed when complete, lines fsynced), so what was written
+    before is intact."""
+    e = as_os_error(e)
+    if e is None or e.errno not in FILESYSTEM_ERRORS:
         return None
     where = f"{e.filename}: " if e.filename else ""
-    return (f"file system error: {where}{e.strerror or e} (what was written before is intact: "
-            f"fix the cause, then --resume the run)")
+    return f"file system error: {where}{e.strerror or e} ({then})"
 
 
 class RunDir:
@@ -111,6 +177,22 @@ class RunDir:
             return f"{base} is not a folder: the run's folder {root} cannot be made there"
         if not os.access(base, os.W_OK | os.X_OK):
             return f"{base} is not writable: the run's folder {root} cannot be written"
+        return None
+
+    def links_out(self) -> str | None:
+        """A symbolic link inside the run folder that leads out of it, in one line (None if there is
+        none): a run writes only inside its own folder, and a link would let it write into another
+        run's checkpoints or logs."""
+        if not self.root.is_dir():
+            return None
+        root = self.root.resolve()
+        for folder, dirs, files in os.walk(root):  # links to folders are listed, not followed
+            for name in sorted(dirs + files):
+                path = Path(folder) / name
+                if path.is_symlink() and not path.resolve().is_relative_to(root):
+                    shown = self.root / path.relative_to(root)
+                    return (f"{shown} is a link to {path.resolve()}, outside the run folder {self.root}: a run "
+                            f"writes only inside its own folder (replace the link by a folder or file of its own)")
         return None
 
     def holds_run(self) -> bool:
@@ -156,6 +238,7 @@ def rollout_to_state(r: Rollout) -> dict[str, Any]:
         "replies": r.replies, "reasoning": r.reasoning, "policy_version": r.policy_version,
         "truncated": r.truncated, "messages": [m.to_dict() for m in r.messages], "meta": r.meta,
         "turns": [m.to_dict() for m in r.turns],
+        **({"info": dict(r.info)} if r.info else {}),  # what generation recorded (a failed simulated user)
     }
 
 

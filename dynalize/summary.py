@@ -13,6 +13,7 @@ from .config import RunConfig
 from .cost import cost_lines
 from .rubrics.protocol import missing_verdicts
 from .runlog import RunDir, read_jsonl
+from .types import Penalty
 
 
 def incomplete_measurements(run_dir: Path) -> list[str]:
@@ -77,11 +78,33 @@ def discovery_evidence(last: dict[str, Any]) -> str:
     return f"sufficient in all {done} proposals"
 
 
+def penalty_rows(cfg: RunConfig) -> list[tuple[str, str, str]]:
+    """For a task that plants its hacks (Task.planted_matches: the sandboxes), one row per penalty
+    the run added: its title and the planted feature it catches, or that it catches none. Other
+    tasks: no rows (nothing to say; the task is not even built)."""
+    from .tasks.base import Task, build_task, task_class
+
+    path = RunDir(cfg.run_dir).root / "penalties.jsonl"
+    if not path.exists() or task_class(cfg.task.name).planted_matches is Task.planted_matches:
+        return []
+    added = {e["id"]: e for e in read_jsonl(path) if e.get("event") == "add"}
+    penalties = [Penalty(id=i, title=e.get("title", ""), description="", regex=e.get("regex"),
+                         detector=e.get("detector")) for i, e in added.items()]
+    if not penalties:
+        return []
+    found = build_task(cfg.task.name, cfg.task.args, cfg.seed).planted_matches(penalties)
+    if found is None:
+        return []
+    title = lambda p: p.title if len(p.title) <= 48 else p.title[:47] + "…"  # noqa: E731
+    return [(f"penalty {p.id}: {title(p)}", f"step {added[p.id].get('step', '?')}",
+             f"planted {label}" if label else "matches no planted feature") for p, label in zip(penalties, found)]
+
+
 def summary_table(cfg: RunConfig, history: list[dict[str, Any]], missing: list[str] | None = None) -> Table:
     t = Table(title=f"dynalize run {cfg.name!r}  ({cfg.run_dir})")
     t.add_column("metric")
     t.add_column("first", justify="right")
     t.add_column("last", justify="right")
-    for row in summary_rows(history, cfg.run_dir, missing) if history else []:
+    for row in [*summary_rows(history, cfg.run_dir, missing), *penalty_rows(cfg)] if history else []:
         t.add_row(*row)
     return t

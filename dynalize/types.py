@@ -60,7 +60,8 @@ class Rollout:
     (1) or by someone else, e.g. a simulated user (0); `logprobs[i]` is the generator's
     log-probability of completion token i (0.0 where the mask is 0).
 
-    Generation fills the episode; scoring fills `scores` (one value per reward term, by name),
+    Generation fills the episode (and `info["user_failed"]` when its simulated user failed:
+    dynalize.rollouts); scoring fills `scores` (one value per reward term, by name),
     `info` (what each term records about the rollout, e.g. per-reply RM scores or verdicts) and
     `reward` (the sum of the scores); `advantage` comes from the reward (dynalize.grpo).
     """
@@ -130,9 +131,16 @@ class Rollout:
         }
 
 
+def output_step(batch: int) -> int:
+    """The step a batch is labelled with in every output (files, metrics, log lines): batches count
+    from 0, steps are training steps completed once that batch has trained (batch k is step k + 1)."""
+    return batch + 1
+
+
 @dataclass
 class Batch:
-    """The rollouts of one training step, grouped by prompt."""
+    """The rollouts of one training step, grouped by prompt (`step`: the batch's number, from 0;
+    outputs name it `output_step(step)`)."""
 
     step: int
     groups: list[list[Rollout]]

@@ -163,3 +163,42 @@ def test_a_resume_given_other_rows_than_the_run_was_trained_on_is_refused(tmp_pa
     other = {**config, "task": {"name": "creative_writing", "args": {"train_file": rows + [{"prompt": "three"}]}}}
     with pytest.raises(ConfigError, match=r"--resume cannot change task.args.train_file"):
         resolve_config(other, resume=tmp_path / "r")
+
+
+CALLER = r'''
+import io, logging, random, sys
+import numpy as np, torch, transformers
+import dynalize, dynalize.api  # imported first: importing rich draws from Python's random (rich.style)
+from toytask import ToyArgs, ToyTask
+
+out = io.StringIO()
+handler = logging.StreamHandler(out)
+logging.getLogger().addHandler(handler)
+logging.getLogger().setLevel(logging.INFO)
+torch.set_num_threads(2)
+transformers.utils.logging.set_verbosity_warning()
+torch.manual_seed(1234); random.seed(5); np.random.seed(6)
+before = (torch.get_rng_state().clone(), random.getstate(), np.random.get_state()[1].copy())
+for i in range(2):
+    dynalize.train({"output_dir": sys.argv[1], "name": f"api{i}", "steps": 1, "batch_size": 8, "group_size": 4,
+                    "progress": False, "checkpoint_every": 0, "torch_threads": 1,
+                    "task": {"name": ToyTask(ToyArgs(n_topics=4))}, "generator": {"max_new_tokens": 4}})
+    logging.getLogger("caller").info("still logging %d", i)
+assert logging.getLogger().handlers == [handler], logging.getLogger().handlers
+assert not handler.stream.closed and out.getvalue().splitlines() == ["still logging 0", "still logging 1"], out.getvalue()
+assert logging.getLogger().level == logging.INFO
+assert torch.get_num_threads() == 2, torch.get_num_threads()
+assert transformers.utils.logging.get_verbosity() == transformers.logging.WARNING
+assert torch.equal(torch.get_rng_state(), before[0]), "torch's global generator was changed"
+assert random.getstate() == before[1] and (np.random.get_state()[1] == before[2]).all()
+print("caller intact")
+'''
+
+
+def test_train_leaves_its_callers_logging_threads_and_random_state_as_it_found_them(tmp_path):
+    """Called twice in one process with the caller's own root handler installed (issue: the run
+    closed the caller's handlers, set torch to 1 thread, transformers to ERROR and reseeded torch)."""
+    proc = subprocess.run([sys.executable, "-c", CALLER, str(tmp_path)], cwd=REPO / "tests", env=env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "caller intact"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dynalize.tasks.data import DataError, HubId
+from dynalize.tasks.data import DataError
+from dynalize.tasks.hub import HubId
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN = "1" * 40
@@ -129,3 +130,13 @@ def test_hub_id_fields():
     assert HubId.parse("hub:squad") == HubId("squad")
     assert HubId.parse("hub:org/x:train[:2]") == HubId("org/x", split="train[:2]")
     assert HubId.parse("hub:org/x@v1:cfg:train[1:3]") == HubId("org/x", "v1", "cfg", "train[1:3]")
+
+
+def test_max_row_chars_caps_a_hub_datasets_rows(offline_hub, tmp_path):
+    cache = Path(offline_hub["HF_HUB_CACHE"])
+    write_snapshot(cache, "3" * 40, {"data/train.jsonl": ["short", "x" * 300_000], "data/test.jsonl": ["t"],
+                                     "small/train.jsonl": ["s"]})
+    (cache / "datasets--org--stories" / "refs" / "big").write_text("3" * 40)
+    got = read_offline(offline_hub, "hub:org/stories@big:train")
+    assert got["hub:org/stories@big:train"].startswith("data error: hub:org/stories@big:train row 1: a row of ")
+    assert "over max_row_chars=200,000" in got["hub:org/stories@big:train"]

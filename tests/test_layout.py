@@ -111,6 +111,15 @@ def test_no_import_cycles_in_the_package():
     assert not found, f"import cycles (imports inside functions count too): {found}"
 
 
+def test_no_import_cycles_among_the_benchmarks():
+    """The benchmark scripts import each other by file name (benchmarks/ on sys.path)."""
+    files = {p.stem: p for p in (ROOT / "benchmarks").glob("*.py")}
+    graph = {m: imports_of(p, set(files)) for m, p in files.items()}
+    assert graph["gpu_check"], "the benchmarks' imports of each other were not found"
+    found = cycles(graph)
+    assert not found, f"import cycles among benchmarks/ (imports inside functions count too): {found}"
+
+
 def test_the_cycle_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -118,7 +127,7 @@ def test_the_cycle_check_finds_a_cycle():
 def test_settings_modules_import_only_settings():
     graph = import_graph()
     settings = {"dynalize.config", "dynalize.penalties.config", "dynalize.backends.config", "dynalize.errors",
-                "dynalize.judge.config",
+                "dynalize.judge.config", "dynalize.yamlload",  # yamlload: YAML read with its aliases bounded
                 "dynalize.rubrics.config", "dynalize.rm.config"}
     light_packages = {"dynalize", "dynalize.penalties", "dynalize.backends", "dynalize.rubrics", "dynalize.judge",
                       "dynalize.rm"}  # their __init__ imports nothing

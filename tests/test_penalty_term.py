@@ -602,3 +602,30 @@ def test_the_stop_rule_is_exact_when_failures_land_faster_than_the_stop_is_check
     anyio.run(main)
     assert len(prop.views) == 2
     assert eng.stop_reason().startswith("the proposer failed its last 2 proposals (penalties.proposer.max_failed")
+
+
+def test_log_lines_name_the_steps_penalties_jsonl_names():
+    """One step convention everywhere: the console's `penalty.add` and `proposer.accepted` lines say
+    the step (and proposed_at) that penalties.jsonl says, not the batch number one lower."""
+    from structlog.testing import capture_logs
+
+    from dynalize.loop import step_labelled
+
+    async def main():
+        eng = term(FakeProposer(candidate()), RegexJudge(), every=5, sync=True)
+        written = []
+        async with anyio.create_task_group() as tg:
+            for step in range(8):
+                batch = hacked_batch(step)
+                events = await score(eng, batch)
+                written += [step_labelled(e, step) for e in events.get(eng.name, [])]
+                eng.observe(batch, tg)
+        return written
+
+    with capture_logs() as logs:
+        written = anyio.run(main)
+    added = [(e["step"], e["proposed_at"]) for e in written if e.get("event") == "add"]
+    lines = [(e["step"], e["proposed_at"]) for e in logs if e["event"] == "penalty.add"]
+    assert added and lines == added
+    accepted = [e["step"] for e in logs if e["event"] == "proposer.accepted"]
+    assert accepted[: len(added)] == [proposed for _, proposed in added]

@@ -8,10 +8,11 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import anyio
 import pytest
 
 from dynalize.config import load_config
-from dynalize.preflight import PING_TOKENS, PreflightError, chat_roles, preflight, vllm_installed
+from dynalize.preflight import PING_TOKENS, PreflightError, chat_roles, ping_all, preflight, vllm_installed
 from dynalize.run import main
 
 
@@ -209,3 +210,24 @@ def test_a_judge_on_vllm_without_vllm_is_one_line(tmp_path, capsys):
                        "penalties.judge.chat.engine=vllm", "penalties.judge.chat.path=tiny:chat"), capsys, tmp_path)
     assert line.startswith("error: config error: penalties.judge.chat.engine is vllm (penalty judge), but vLLM is "
                            "not installed")
+
+
+def test_the_preflight_timeout_is_a_deadline_for_the_whole_request_not_per_read(tmp_path):
+    """A server trickling its answer a byte at a time (40 s for about 70 bytes: each byte well inside
+    the timeout) is cut at the chat model's `timeout`: one line naming the deadline. The test's own
+    bound is generous; a per-read timeout passed the preflight after the whole trickle."""
+    from faultserver import FaultServer
+
+    with FaultServer(lambda body: "OK", lambda body: "trickle", trickle_s=40) as server:
+        cfg = load_config(None, [*toy(tmp_path, *llm("judge", server.base_url))[1:],
+                                 "penalties.judge.chat.timeout=1", "penalties.judge.chat.max_retries=0"])
+
+        async def bounded():
+            with anyio.fail_after(60):  # a per-read timeout would hold the preflight for the whole trickle
+                await ping_all(cfg)
+
+        with pytest.raises(PreflightError) as e:
+            anyio.run(bounded)
+    line = str(e.value)
+    assert "\n" not in line and "gives no complete answer within the deadline of 1s (timeout)" in line
+    assert len(server.requests) == 1  # max_retries: 0 — one try

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from functools import partial
 
@@ -206,3 +207,36 @@ def test_pretrained_policy_writes_about_its_topic(tmp_path, monkeypatch):
     assert pretrained_hits >= 0.4 and random_hits <= 0.2 and pretrained_hits >= random_hits + 0.25
     assert sum(r.endswith(".") for _, r, _ in pretrained_samples) >= 0.6 * len(pretrained_samples)
     assert sum(r.endswith(".") for _, r, _ in random_samples) <= 0.2 * len(random_samples)
+
+
+def _summary_rows_for(tmp_path, task, events):
+    from dynalize.config import RunConfig
+    from dynalize.summary import penalty_rows
+
+    cfg = RunConfig(output_dir=str(tmp_path), name="r", task=task)
+    cfg.run_dir.mkdir(parents=True)
+    (cfg.run_dir / "penalties.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return penalty_rows(cfg)
+
+
+def test_a_sandbox_runs_summary_says_which_penalties_catch_a_planted_feature(tmp_path):
+    """The answer key is the task's own features (any list), matched by each regex's behaviour."""
+    import re as _re
+
+    from dynalize.tasks.sandbox.features import alternative_features
+
+    features = alternative_features()
+    word = next(f for f in features if f.kind == "word")
+    events = [{"step": 12, "event": "add", "id": "p001", "title": f"Uses {word.pattern}",
+               "regex": rf"(?i)\b{_re.escape(word.pattern)}s?\b"},
+              {"step": 13, "event": "stats", "n_judged": 8, "triggers": {}},
+              {"step": 17, "event": "add", "id": "p002", "title": "Says look", "regex": r"(?i)\blook\b"}]
+    rows = _summary_rows_for(tmp_path, {"name": "sandbox", "args": {"features": [f.model_dump() for f in features]}},
+                             events)
+    assert rows == [(f"penalty p001: Uses {word.pattern}", "step 12", f"planted {word.label}"),
+                    ("penalty p002: Says look", "step 17", "matches no planted feature")]
+
+
+def test_a_task_that_plants_nothing_adds_no_penalty_rows(tmp_path):
+    events = [{"step": 2, "event": "add", "id": "p001", "title": "Says look", "regex": r"(?i)\blook\b"}]
+    assert _summary_rows_for(tmp_path, {"name": "toytask:ToyTask"}, events) == []

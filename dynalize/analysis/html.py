@@ -29,7 +29,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
-from ..runlog import read_jsonl
+from ..runlog import read_jsonl, write_text_atomic
 from ..types import Penalty
 from .html_rubric import criteria_texts, held_out, is_rubric_run, rollout_rubric, rubric_figure
 from .penalties import PenaltyHistory, penalty_history
@@ -276,5 +276,5 @@ def render_page(runs: list[Run], steps: int = ROLLOUT_STEPS) -> str:
 def write_html_report(runs: list[Run], out: Path, steps: int = ROLLOUT_STEPS) -> Path:
     """Write the page of `runs` to `out` (its folder made if needed); returns `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_page(runs, steps), encoding="utf-8")
+    write_text_atomic(out, render_page(runs, steps))  # whole or not at all (a full disk leaves no half page)
     return out

@@ -247,10 +247,12 @@ class AccelerateLearner(Learner):
                 out = self._loss(logprobs, t["gen_logprobs"], t["advantages"], t["loss_mask"], num_tokens)
                 loss = out.loss
                 if ref is not None:
-                    kl_sum = (grpo.reference_kl(logprobs, ref, kl.estimator) * t["loss_mask"]).sum()
-                    totals["kl"] += kl_sum.item()
+                    estimate = grpo.reference_kl(logprobs.detach(), ref, kl.estimator)
+                    totals["kl"] += (estimate * t["loss_mask"]).sum().item()
                     if kl.beta > 0:
-                        loss = loss + kl.beta * kl_sum / num_tokens
+                        penalty = grpo.reference_kl_penalty(logprobs, t["gen_logprobs"], ref, t["loss_mask"],
+                                                            kl.estimator, kl.placement)
+                        loss = loss + kl.beta * penalty.sum() / num_tokens
                 # DDP averages gradients over processes; the loss is already a global mean.
                 acc.backward(self.scaler.scale(loss * acc.num_processes) if self.scaler else loss * acc.num_processes)
             mask = t["loss_mask"].float()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -56,6 +57,31 @@ def env_name_problem(name: str) -> str | None:
     return None
 
 
+KEY_PARAMS = {"apikey", "key", "token", "accesstoken", "auth", "authorization", "password", "passwd", "pwd",
+              "secret", "clientsecret", "sig", "signature", "code", "xapikey", "subscriptionkey", "session"}
+"""Query-parameter names (lower case, `-` and `_` dropped) that carry a credential."""
+
+
+def url_credential_problem(url: str) -> str | None:
+    """Why `url` may not be an endpoint setting because it carries a key (None when it carries
+    none): user info (`user:key@host`), a key-like query parameter (`?api-key=…`), or a query value
+    or path segment in a known key format (`sk-…`, `hf_…`). The key itself is never repeated."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None  # not a URL at all: the engine's own checks report it
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return ("must not hold credentials (user info before @): put the key in the environment variable "
+                "that api_key_env names")
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name.lower().replace("-", "").replace("_", "") in KEY_PARAMS or KEY_FORMATS.match(value):
+            return (f"must not hold a key (query parameter {name[:40]!r}): put the key in the environment variable "
+                    f"that api_key_env names")
+    if any(KEY_FORMATS.match(p) for p in parts.path.split("/")):
+        return "must not hold a key (in its path): put the key in the environment variable that api_key_env names"
+    return None
+
+
 class ChatModelConfig(BaseModel):
     """Which chat model to use for a role (proposer, judge, user simulator, benchmark judge)."""
 
@@ -69,7 +95,8 @@ class ChatModelConfig(BaseModel):
     model: str | None = None
     """openai: the model name sent with each request."""
     base_url: str | None = None
-    """openai: endpoint root including `/v1`, e.g. `http://127.0.0.1:8000/v1`."""
+    """openai: endpoint root including `/v1`, e.g. `http://127.0.0.1:8000/v1`. Never a key in it (user
+    info `user:key@`, a key-like query parameter such as `?api-key=`): refused, without being printed."""
     api_key_env: str | None = "OPENAI_API_KEY"
     """openai: NAME of the environment variable holding the API key (None = no key); never the key
     (a value that looks like a key is refused, without being printed)."""
@@ -104,6 +131,13 @@ class ChatModelConfig(BaseModel):
     def _env_name(cls, v: str | None) -> str | None:
         if v is not None and (problem := env_name_problem(v)):
             raise ValueError(problem)
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_key_in_url(cls, v: str | None) -> str | None:
+        if v is not None and (problem := url_credential_problem(v)):
+            raise ValueError(problem)  # the URL itself is never echoed
         return v
 
     @field_validator("engine")

@@ -21,9 +21,27 @@ def add_adapters(model: torch.nn.Module, lora: Any, seed: int = 0) -> torch.nn.M
 
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    check_targets(model, config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return get_peft_model(model, config)
+
+
+def check_targets(model: torch.nn.Module, config: Any) -> None:
+    """ConfigError (one line) when `config.target_modules` (peft's LoraConfig) names no module of
+    `model`, with the names of the model's linear layers it could name; peft's own error is a
+    long traceback."""
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    from ..errors import ConfigError
+
+    names = [name for name, _ in model.named_modules() if name]
+    if any(check_target_module_exists(config, name) for name in names):
+        return
+    linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    wanted = config.target_modules if isinstance(config.target_modules, str) else sorted(config.target_modules)
+    raise ConfigError(f"config error: policy.lora.target_modules {wanted} match no module of the policy "
+                      f"{type(model).__name__}; its linear layers are named: {', '.join(linear)}")
 
 
 def merged_state(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -8,7 +8,8 @@ and a call waiting out its backoff holds no concurrency slot. Optional requests-
 tokens-per-minute limits (ratelimit.py) pace calls to hosted APIs; each reply's `usage` is added
 up in `usage` (what a run reports as its judges' token cost). The API key is read from an
 environment variable whose NAME is configured; the key itself never reaches logs, reprs or
-exception messages.
+exception messages, nor does anything credential-shaped a server sends back (`secrets.mask_secrets`);
+a `base_url` holding a key is refused.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from tenacity import (AsyncRetrying, RetryCallState, retry_if_exception_type, st
 
 from ..types import Message, as_messages
 from .base import ChatModel, EngineError
-from .config import env_name_problem
+from .config import env_name_problem, url_credential_problem
 from .ratelimit import RateLimiter
+from .secrets import mask_secrets
 
 log = structlog.get_logger("dynalize.backends.openai")
 
@@ -99,6 +101,8 @@ class OpenAIChatModel(ChatModel):
                  rate_limiter: RateLimiter | None = None):
         if api_key_env and (problem := env_name_problem(api_key_env)):
             raise EngineError(f"api_key_env {problem}")  # the value itself is never echoed
+        if problem := url_credential_problem(base_url):
+            raise EngineError(f"base_url {problem}")
         self.base_url = base_url.rstrip("/")
         """Endpoint root including `/v1`; requests go to `<base_url>/chat/completions`."""
         self.model = model
@@ -141,8 +145,9 @@ class OpenAIChatModel(ChatModel):
                 f"api_key_env={self.api_key_env!r})")
 
     def _scrub(self, text: str) -> str:
-        """`text` with the API key masked (a server may echo it back)."""
-        return text.replace(self._key.value, "***") if self._key else text
+        """`text` with the API key and anything else credential-shaped masked (a server may echo
+        the Authorization header back)."""
+        return mask_secrets(text, self._key.value if self._key else None)
 
     def body(self, messages: list[Message], sampling: dict[str, Any]) -> dict[str, Any]:
         """The JSON request body for one call."""

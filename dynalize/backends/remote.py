@@ -33,6 +33,7 @@ import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
 from .base import Completion, EngineError, Generator, SamplingParams
+from .secrets import mask_secrets
 
 log = structlog.get_logger("dynalize.backends.remote")
 
@@ -122,11 +123,11 @@ class RemoteGenerator(Generator):
         except (httpx.TransportError, httpx.TimeoutException) as e:
             raise _Transient(f"{url}: {type(e).__name__}: {e}") from None
         if resp.status_code == 429 or resp.status_code >= 500:
-            raise _Transient(f"{url}: HTTP {resp.status_code}: {resp.text[:200]}")
+            raise _Transient(mask_secrets(f"{url}: HTTP {resp.status_code}: {resp.text[:200]}"))
         if resp.status_code == 404 and path != "/v1/completions":
             raise EngineError(f"{url}: not found; {DEV_MODE_HINT}")
         if resp.status_code >= 400:
-            raise EngineError(f"{url}: HTTP {resp.status_code}: {resp.text[:500]}")
+            raise EngineError(mask_secrets(f"{url}: HTTP {resp.status_code}: {resp.text[:500]}"))
         if not resp.content:
             return None
         try:

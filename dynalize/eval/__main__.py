@@ -29,6 +29,7 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
+from ..caller_state import LOG_LEVEL_HELP
 from .checkpoints import eval_paths, evaluate_run, run_policy_config
 from .common import Benchmark, BenchmarkError
 from .heldout import SavedReplies, heldout_sources
@@ -43,7 +44,9 @@ DATA_BENCHES = ("healthbench", "researchqa")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.eval", description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, help="run directory (runs/<name>)")
-    ap.add_argument("--bench", required=True, choices=BENCHES)
+    ap.add_argument("--bench", required=True, choices=(*BENCHES, "rubric"),
+                    help="the benchmark; rubric: grade a rubric run's saved held-out replies again, with the run's "
+                         "own gold judge (its options: python -m dynalize.eval --bench rubric --help)")
     ap.add_argument("--bench-dir", help="eqbench, mindeval: local checkout of the benchmark's repository")
     ap.add_argument("--data", help="healthbench: the official JSONL (HealthBench, Hard or Consensus); "
                                    "researchqa: a split (test.json)")
@@ -53,7 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--heldout", action="store_true",
                     help="healthbench, researchqa: grade the run's saved held-out replies (rollouts/eval_*.jsonl) "
                          "instead of checkpoints, into eval/<bench>_heldout.jsonl")
-    ap.add_argument("--judge", required=True, help="judge chat model: JSON object or YAML/JSON file")
+    ap.add_argument("--judge", help="judge chat model: JSON object or YAML/JSON file (needed by every --bench "
+                                    "but rubric)")
     ap.add_argument("--patient", help="mindeval: patient-simulator chat model (JSON or file)")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="policy generation engine")
     ap.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
@@ -68,11 +72,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="judge the saved generations again with --judge (nothing is generated), into "
                          "eval/<bench>@LABEL.jsonl")
     ap.add_argument("--concurrency", type=int, default=16, help="judge / patient calls in flight at once")
-    ap.add_argument("--limit", type=int, help="only the first N prompts (eqbench) or profiles (mindeval)")
+    ap.add_argument("--limit", type=int, help="only N prompts: the first N (eqbench), profiles (mindeval), items (researchqa); "
+                                                 "healthbench: N examples drawn as the official code draws them")
     ap.add_argument("--strict", action="store_true",
                     help="eqbench: keep only the listed criteria; mindeval: a score outside 1-6 counts as missing")
     ap.add_argument("--max-tokens", type=int, help="policy reply length (eqbench 4000, mindeval 1024)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seeds the policy's sampling and the scores' bootstrap (default 0)")
     ap.add_argument("--iterations", type=int, default=3, help="eqbench: iterations per prompt")
     ap.add_argument("--min-chars", type=int, default=500, help="eqbench: shorter replies are retried")
     ap.add_argument("--turns", type=int, default=10, help="mindeval: clinician turns per conversation")
@@ -81,9 +86,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--clinician-template", default="v0_1", help="mindeval: version key or constant name")
     ap.add_argument("--patient-template", default="v0_2", help="mindeval: version key or constant name")
     ap.add_argument("--judge-template", default="v0_1_w_length_guidelines", help="mindeval: version key or name")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
     args = ap.parse_args(argv)
+    if not args.judge:
+        ap.error(f"--bench {args.bench} needs --judge (the judge's chat model)")
     if args.bench == "mindeval" and not args.patient and not args.rejudge:
         ap.error("--bench mindeval needs --patient (the patient-simulator chat model)")
     if args.bench in DATA_BENCHES and not args.data:

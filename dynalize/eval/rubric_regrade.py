@@ -29,8 +29,9 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from ..caller_state import LOG_LEVEL_HELP
 from ..backends.config import ChatModelConfig
-from ..errors import ConfigError, one_line
+from ..errors import ConfigError, describe, one_line
 from ..judge.judge import Judge
 from ..judge.prompting import transcript
 from ..rewards.rubric import rubric_key
@@ -46,14 +47,14 @@ from .models import PROBE, is_local_url
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m dynalize.eval --bench rubric", description=__doc__.splitlines()[0])
     ap.add_argument("--run", required=True, help="run directory of a rubric run (runs/<name>)")
-    ap.add_argument("--bench", required=True, choices=("rubric",))
+    ap.add_argument("--bench", required=True, choices=("rubric",), help="rubric (this command)")
     ap.add_argument("--all", action="store_true", help="grade every reply anew, not only those a judge failed on")
     ap.add_argument("--rejudge", metavar="LABEL", help="grade the replies with another gold judge (--judge), "
                                                        "into eval/rubric@LABEL.jsonl")
     ap.add_argument("--judge", help="with --rejudge: the second gold judge's chat model (JSON or YAML/JSON file)")
     ap.add_argument("--steps", help="only these evaluation steps, comma-separated")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
     args = ap.parse_args(argv)
     if bool(args.rejudge) != bool(args.judge):
         ap.error("--rejudge LABEL and --judge SPEC go together (a second gold judge and its name)")
@@ -88,15 +89,20 @@ def replies(row: dict[str, Any], context: bool, rubric: list[Criterion]) -> list
 def saved_replies(run: Path, step: int, context: bool, prompts: dict[str, list[Criterion]] | None) -> list[dict[str, Any]]:
     """The raw records of evaluation `step` from the run's eval rollouts."""
     out = []
-    for row in read_jsonl(run / "rollouts" / f"eval_{step:06d}.jsonl"):
-        if row.get("rubric_criteria"):
-            rubric = [Criterion.from_dict(c) for c in row["rubric_criteria"]]
-        elif prompts is not None and row.get("prompt_id") in prompts:
-            rubric = prompts[row["prompt_id"]]
-        else:
-            raise BenchmarkError(f"{run}: eval rollout of prompt {row.get('prompt_id')!r} at step {step} has no "
-                                 f"rubric, and the task has no such eval prompt")
-        out += replies(row, context, rubric)
+    path = run / "rollouts" / f"eval_{step:06d}.jsonl"
+    for n, row in enumerate(read_jsonl(path), 1):
+        try:
+            if row.get("rubric_criteria"):
+                rubric = [Criterion.from_dict(c) for c in row["rubric_criteria"]]
+            elif prompts is not None and row.get("prompt_id") in prompts:
+                rubric = prompts[row["prompt_id"]]
+            else:
+                raise BenchmarkError(f"{run}: eval rollout of prompt {row.get('prompt_id')!r} at step {step} has no "
+                                     f"rubric, and the task has no such eval prompt")
+            out += replies(row, context, rubric)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a damaged row: one line naming it
+            raise BenchmarkError(f"{path}: rollout {n} is damaged ({describe(e, 160)}): restore the file; "
+                                 f"nothing was graded or written") from None
     return out
 
 
@@ -207,8 +213,8 @@ async def regrade(args: argparse.Namespace) -> list[dict[str, Any]]:
     own_raw = eval_paths(run, "rubric")[1]
     grader = Regrader(proxy, gold, args.all, show_progress=not args.no_progress)
     rows = {r["step"]: r for r in read_jsonl(summary_path)} if summary_path.exists() else {}
-    written = []
-    for step in steps:
+    written, todo = [], []
+    for step in steps:  # every step read (and a damaged one refused) before anything is graded or written
         raw_path = raw_dir / f"step_{step:06d}.jsonl"
         if raw_path.exists():
             records = read_jsonl(raw_path)
@@ -224,6 +230,8 @@ async def regrade(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for r in records:
                     r.pop("gold", None)
                     r.pop("gold_failed", None)
+        todo.append((step, raw_path, records))
+    for step, raw_path, records in todo:
         await grader.grade(records, step)
         raw_dir.mkdir(parents=True, exist_ok=True)
         write_jsonl_atomic(raw_path, records)

@@ -33,7 +33,9 @@ from pydantic import ValidationError
 
 from ..config import _set_dotted, parse_override
 from ..errors import ConfigError, one_line
+from ..folderlock import hold_folder
 from ..penalties.config import PenaltiesConfig
+from ..runlog import filesystem_problem
 from .readers import FORMATS, MonitorInputError, by_step, read_rollouts
 from .replay import STATE, Monitor, append_note
 from .summary import exit_status, last_evidence, patterns, summary_json, summary_table, verdict
@@ -193,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     m = None
     try:
+        lock = hold_folder(args.out, "monitor folder --out")  # one writer per folder (dynalize.folderlock)
+    except (ConfigError, OSError) as e:  # held by another process, not a folder, a read-only parent
+        print(f"monitor: {filesystem_problem(e, 'nothing was written') or str(e).removeprefix('config error: ')}",
+              file=sys.stderr)
+        return 2
+    try:
         m = open_monitor(args)
         done = anyio.run(monitor_once, m, args, args.follow)
         polls = 0
@@ -214,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             report(m, args)
         print("monitor interrupted: what was monitored is kept; run again to continue", file=sys.stderr)
         return 130
+    finally:
+        lock.release(remove_created=m is None)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import structlog
 
 from ..backends.base import ChatModel
 from ..backends.chat import chat_json
-from ..types import Message, Penalty
+from ..types import Message, Penalty, output_step
 from .candidate import Candidate, ProposalResult, normalize_title
 from .config import ProposerConfig
 from ..judge.prompting import fence, new_nonce, penalty_list, render_template
@@ -181,7 +181,7 @@ class LLMProposer:
             result.accepted = None
             result.error = f"{type(e).__name__}: {e}"
             result.failed_at = stage
-            log.warning("proposer.failed", step=view.step, stage=stage, error=result.error)
+            log.warning("proposer.failed", step=output_step(view.step), stage=stage, error=result.error)
         result.latency = time.perf_counter() - t0
         return result
 

@@ -44,6 +44,9 @@ class RewardTerm(abc.ABC):
     """One named part of the reward. Subclasses set `name` and implement `score`."""
 
     name: ClassVar[str]
+    event_log: ClassVar[bool] = False
+    """Whether the term's `score` returns events, written to `<run>/<name>.jsonl` (a resume trims
+    that file, and only the logs of terms that write one: any other file is not the run's)."""
 
     @abc.abstractmethod
     async def score(self, batch: Batch) -> TermScores:

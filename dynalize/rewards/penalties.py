@@ -39,7 +39,7 @@ from ..penalties.config import PenaltiesConfig
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
 from ..penalties.views import ProposerView, ViewSample, build_view, own_reply_scores, pool_views
-from ..types import Batch, Rollout
+from ..types import Batch, Rollout, output_step
 from .base import RewardTerm, TermScores
 
 log = structlog.get_logger("dynalize.rewards.penalties")
@@ -60,6 +60,7 @@ class PenaltyTerm(RewardTerm):
     """Counters also reported as running totals (`<name>_total`) in every step's metrics."""
 
     name = "penalties"
+    event_log = True
 
     def __init__(self, cfg: PenaltiesConfig, proposer: Proposer, judge: Judge, buffer: PenaltyBuffer | None = None,
                  *, seed: int = 0, domain: str = ""):
@@ -150,7 +151,7 @@ class PenaltyTerm(RewardTerm):
             return
         if self.in_flight:
             self._count("proposer/skipped_in_flight")
-            log.info("proposer.skipped", step=batch.step, reason="previous proposal still running")
+            log.info("proposer.skipped", step=output_step(batch.step), reason="previous proposal still running")
             return
         active, retired = self.buffer.preview([r.accepted for r in self.pending if r.accepted])
         if self._restart is not None:  # a proposal that never finished (checkpoint, cancel): again, first
@@ -262,7 +263,7 @@ class PenaltyTerm(RewardTerm):
             done.set()
         if result is None:
             self._count("proposer/cancelled")
-            log.warning("proposer.cancelled", step=view.step, after_s=round(time.perf_counter() - t0, 3))
+            log.warning("proposer.cancelled", step=output_step(view.step), after_s=round(time.perf_counter() - t0, 3))
             return
         self._step["proposer/latency"] = result.latency
         self._count("proposer/finished")
@@ -279,11 +280,11 @@ class PenaltyTerm(RewardTerm):
         if not result.ok:
             self._count("proposer/failed")
             self._count(f"proposer/failed/{result.failed_at or 'propose'}")
-            log.warning("proposer.failed", step=view.step, stage=result.failed_at, error=result.error)
+            log.warning("proposer.failed", step=output_step(view.step), stage=result.failed_at, error=result.error)
         elif result.accepted is not None:
             self._count("proposer/accepted")
             self.pending.append(result)
-            log.info("proposer.accepted", step=view.step, title=result.accepted.title, queued=len(self.pending))
+            log.info("proposer.accepted", step=output_step(view.step), title=result.accepted.title, queued=len(self.pending))
 
     def _apply_pending(self, step: int) -> None:
         """Apply the oldest accepted proposal the buffer takes (one per step); refusals are counted."""
@@ -294,14 +295,15 @@ class PenaltyTerm(RewardTerm):
                 p = self.buffer.add(result.accepted, step, proposed_at=result.step)
             except PenaltyBufferError as e:
                 self._count("proposer/apply_refused")
-                log.warning("proposer.apply_refused", step=step, error=str(e))
+                log.warning("proposer.apply_refused", step=output_step(step), error=str(e))
                 continue
             break
         else:
             return
         event = p.history[-1]["event"]
         self._count("penalties/adds" if event == "add" else "penalties/revives")
-        log.info(f"penalty.{event}", step=step, id=p.id, title=p.title, proposed_at=result.step)
+        log.info(f"penalty.{event}", step=output_step(step), id=p.id, title=p.title,
+                 proposed_at=output_step(result.step))
 
     def _count(self, key: str, n: float = 1) -> None:
         self._step[key] = self._step.get(key, 0.0) + n

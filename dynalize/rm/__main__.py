@@ -50,10 +50,10 @@ def parse_pairs_args(argv: list[str]) -> PairsConfig:
                     help="judge every reply against every penalty the run ever accepted (default: the verdicts "
                          "recorded in training, which cover the penalties active at each step)")
     ap.add_argument("--judge", help="with --rejudge: LLM judge for penalties without a regex (JSON or YAML/JSON file)")
-    ap.add_argument("--judge-concurrency", type=int, default=16)
+    ap.add_argument("--judge-concurrency", type=int, default=16, help="with --rejudge: judge calls in flight at once (16)")
     ap.add_argument("--rejected", choices=("random", "highest"), default="random",
                     help="pair penalised replies in random order (default) or highest RM score first")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seeds the random pairing of replies (default 0)")
     a = ap.parse_args(argv)
     return settings(PairsConfig, dict(
         run=a.run, out=a.out, percentile=a.percentile, scope=a.scope, pairs_per_prompt=a.pairs_per_prompt,

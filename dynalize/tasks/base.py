@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..backends.base import RewardModel, RMInput
 from ..errors import ConfigError, describe, one_line
+from ..hooks import owner_name, stopped_process
 from ..plugins import OBJECT_PREFIX, import_object
-from ..types import Message, Prompt
+from ..types import Message, Penalty, Prompt
 
 Split = Literal["train", "eval"]
 
@@ -66,6 +67,12 @@ class Task(abc.ABC):
 
     def reward_model(self) -> RewardModel | None:
         """A reward model the task supplies itself (config `reward_model.engine: task`)."""
+        return None
+
+    def planted_matches(self, penalties: list[Penalty]) -> list[str | None] | None:
+        """A task that plants its hacks (the sandboxes) knows the answer: for each penalty, the
+        planted feature it catches, or None for one that catches none (a false penalty). None
+        (the default): the task plants nothing, and a run's summary says nothing of it."""
         return None
 
     async def evaluate(self, prompts: list[Prompt], replies: list[str],
@@ -126,6 +133,8 @@ def build_task(name: str, args: dict[str, Any], seed: int) -> Task:
         return cls(parsed, seed=seed)
     except ConfigError:
         raise
+    except (SystemExit, KeyboardInterrupt) as e:  # user code ending the process: never a silent exit 0
+        raise stopped_process(owner_name("task", cls), "__init__", e) from None
     except Exception as e:  # noqa: BLE001 - the task's own code: report it, in one line
         raise ConfigError(f"task {name!r} failed to start: {describe(e)}") from None
 
@@ -137,6 +146,8 @@ def task_prompts(task: Task, name: str, split: Split) -> list[Prompt]:
         prompts = list(task.prompts(split))
     except ConfigError:
         raise
+    except (SystemExit, KeyboardInterrupt) as e:
+        raise stopped_process(owner_name("task", task), "prompts", e) from None
     except Exception as e:  # noqa: BLE001 - the task's own code: report it, in one line
         raise ConfigError(f"task {name!r} failed to give its {split} prompts: {describe(e)}") from None
     for i, p in enumerate(prompts):

@@ -24,18 +24,17 @@ import hashlib
 import io
 import json
 import random
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import Field
 
-from ..errors import ConfigError
 from .base import TaskArgs
+from .hub import HUB_PREFIX, read_hub
+from .rows import DataError, Row, first_line
 
 T = TypeVar("T")
 
@@ -48,27 +47,6 @@ _ROW_CAP: ContextVar[int] = ContextVar("max_row_chars", default=MAX_ROW_CHARS)
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 """File suffix → format; a directory is read as a `datasets` folder."""
-
-
-class DataError(ConfigError):
-    """Bad or missing task data: the message is one line naming the file (and row, and field)."""
-
-
-@dataclass
-class Row:
-    """One record and where it came from (for error messages)."""
-
-    data: dict[str, Any]
-    where: str
-
-    def fail(self, problem: str) -> DataError:
-        """A DataError about this row."""
-        return DataError(f"data error: {self.where}: {problem}")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _decode(path: Path, raw: bytes) -> str:
@@ -139,7 +117,7 @@ def _read_csv_rows(path: Path) -> list[Row]:
             _check_size(sum(map(len, values)), f"{path} line {start}")
             rows.append(Row(dict(zip(header, values)), f"{path} line {start}"))
     except csv.Error as e:
-        raise DataError(f"data error: {path} line {reader.line_num}: {_first_line(e)}") from None
+        raise DataError(f"data error: {path} line {reader.line_num}: {first_line(e)}") from None
 
 
 def _read_parquet(path: Path) -> list[Row]:
@@ -148,8 +126,8 @@ def _read_parquet(path: Path) -> list[Row]:
     try:
         records = pq.read_table(path).to_pylist()
     except Exception as e:  # pyarrow raises several types for a bad file
-        raise DataError(f"data error: {path} is not a readable parquet file ({_first_line(e)})") from None
-    return [_sized(Row(r, f"{path} row {i}")) for i, r in enumerate(records)]
+        raise DataError(f"data error: {path} is not a readable parquet file ({first_line(e)})") from None
+    return [Row(r, f"{path} row {i}") for i, r in enumerate(records)]
 
 
 def _sized(row: Row) -> Row:
@@ -168,14 +146,19 @@ def _read_datasets(path: Path) -> list[Row]:
         ds = datasets.load_from_disk(str(path))
     except Exception as e:
         raise DataError(f"data error: {path} is not a datasets folder saved with save_to_disk "
-                        f"({_first_line(e)})") from None
+                        f"({first_line(e)})") from None
     if isinstance(ds, datasets.DatasetDict):
         splits = ", ".join(ds)
         raise DataError(f"data error: {path} holds several splits ({splits}): point at one split's subfolder")
-    return [_sized(Row(r, f"{path} row {i}")) for i, r in enumerate(ds)]
+    return [Row(r, f"{path} row {i}") for i, r in enumerate(ds)]
 
 
 _READERS = {"jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet, "datasets": _read_datasets}
+
+CAPPED_AS_READ = ("jsonl", "csv")
+"""Formats whose readers check the row cap on each line's text, before parsing it; every other
+source's rows (parquet, datasets folders, Hub datasets, data from Python) are checked by
+`read_rows` once they are read, by the size of their values as JSON."""
 
 
 def data_format(path: Path) -> str:
@@ -188,65 +171,6 @@ def data_format(path: Path) -> str:
         raise DataError(f"data error: {path}: unknown data format {path.suffix or '(no suffix)'!r}; use {known} "
                         f"or a datasets folder")
     return fmt
-
-
-HUB_PREFIX = "hub:"
-"""A data path starting with this names a Hugging Face Hub dataset (docs/data_formats.md)."""
-
-
-@dataclass(frozen=True)
-class HubId:
-    """`hub:ORG/NAME[@REVISION][:SPLIT]` or `hub:ORG/NAME[@REVISION][:CONFIG:SPLIT]`, parsed."""
-
-    name: str
-    revision: str | None = None
-    config: str | None = None
-    split: str = "train"
-
-    @classmethod
-    def parse(cls, spec: str) -> "HubId":
-        body = spec.removeprefix(HUB_PREFIX)
-        repo, _, rest = body.partition(":")
-        repo, _, revision = repo.partition("@")
-        parts = re.split(r":(?![^\[]*\])", rest) if rest else []  # a split may be sliced: train[:100]
-        if not repo or repo.count("/") > 1 or len(parts) > 2 or "" in parts or (revision == "" and "@" in body):
-            raise DataError(f"data error: {spec!r} is not a Hub dataset id: use hub:ORG/NAME, "
-                            f"hub:ORG/NAME@REVISION:SPLIT or hub:ORG/NAME@REVISION:CONFIG:SPLIT")
-        config, split = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0] if parts else "train")
-        return cls(repo, revision or None, config, split)
-
-
-def _read_hub(spec: str) -> list[Row]:
-    """A Hub dataset's split, through `datasets.load_dataset`: downloaded or cached, or, when the
-    Hub cannot be reached (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE, no network), from the dataset
-    repository in the local Hub cache (`huggingface-cli download --repo-type dataset ORG/NAME`)."""
-    import datasets
-
-    hub = HubId.parse(spec)
-    try:
-        ds = datasets.load_dataset(hub.name, hub.config, split=hub.split, revision=hub.revision)
-    except Exception as online:  # noqa: BLE001 - datasets raises many types; the cached copy is tried next
-        folder = _cached_snapshot(hub)
-        if folder is None:
-            raise DataError(f"data error: {spec}: cannot load the Hub dataset {hub.name!r}"
-                            f"{f' at revision {hub.revision!r}' if hub.revision else ''} and no copy of it is in the "
-                            f"local Hub cache ({_first_line(online)})") from None
-        try:
-            ds = datasets.load_dataset(folder, hub.config, split=hub.split)
-        except Exception as e:  # noqa: BLE001
-            raise DataError(f"data error: {spec}: the cached copy of {hub.name!r} ({folder}) does not load "
-                            f"({_first_line(e)})") from None
-    return [Row(r, f"{spec} row {i}") for i, r in enumerate(ds)]
-
-
-def _cached_snapshot(hub: HubId) -> str | None:
-    """The folder of `hub`'s dataset repository in the local Hub cache, or None; no network."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(hub.name, repo_type="dataset", revision=hub.revision, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached (or not at that revision)
-        return None
 
 
 def _read_memory(spec: str) -> list[Row]:
@@ -265,8 +189,16 @@ def _read_memory(spec: str) -> list[Row]:
 
 
 def missing(value: Any) -> bool:
-    """A field counts as missing when absent, null, or an empty string."""
-    return value is None or (isinstance(value, str) and not value.strip())
+    """A field counts as missing when absent, null, an empty string, or a table's missing value
+    (NaN, pandas' NA and NaT: a DataFrame's empty cell), which would otherwise read as "nan"."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return True
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' missing values, without importing pandas
+        return True
+    try:
+        return bool(value != value)  # NaN, of any float type (numpy's too)
+    except (TypeError, ValueError):  # an array: not one missing value
+        return False
 
 
 def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
@@ -275,13 +207,16 @@ def read_rows(path: str | Path, required: Sequence[str] = ()) -> list[Row]:
 
     p = Path(path)
     if str(path).startswith(HUB_PREFIX):
-        rows = _read_hub(str(path))
+        fmt, rows = "hub", read_hub(str(path))
     elif str(path).startswith(OBJECT_PREFIX):
-        rows = _read_memory(str(path))
+        fmt, rows = "memory", _read_memory(str(path))
     elif not p.exists():
         raise DataError(f"data error: no such data file: {p}")
     else:
-        rows = _READERS[data_format(p)](p)
+        fmt = data_format(p)
+        rows = _READERS[fmt](p)
+    if fmt not in CAPPED_AS_READ:
+        rows = [_sized(row) for row in rows]  # the row cap, for every source
     if not rows:
         raise DataError(f"data error: {p} has no rows")
     for row in rows:

@@ -11,11 +11,12 @@ import statistics
 from pydantic import Field
 
 from ...backends.base import RewardModel
-from ...types import Message, Prompt
+from ...types import Message, Penalty, Prompt
 from ..base import Split, Task, TaskArgs
 from .features import Feature, default_features, feature_prevalence
 from .gold import gold_score
 from .grammar import prompt_text, words_of
+from .planted import planted_matches
 from .reward import SandboxRewardModel, topic_of
 from .topics import Topic, split_topics
 
@@ -59,6 +60,10 @@ class SandboxTask(Task):
 
     def reward_model(self) -> RewardModel:
         return SandboxRewardModel(self.args.features, self.args.gold_weight, self.args.rm_noise)
+
+    def planted_matches(self, penalties: list[Penalty]) -> list[str | None]:
+        """The planted feature each penalty catches, judged by its regex's behaviour (planted.py)."""
+        return planted_matches([p.regex for p in penalties], list(self.args.features))
 
     async def evaluate(self, prompts: list[Prompt], replies: list[str]) -> dict[str, float]:
         """Mean and std of gold, mean length in words, and the prevalence of each feature."""
