@@ -54,7 +54,7 @@ class Evidence:
 
 
 @dataclass
-class Candidate:
+class Trial:
     """A pattern to test: its key and feature, whether a sample shows it, and the indices of the
     view's samples (`now`) and of its reference's (`then`) that do."""
 
@@ -81,7 +81,7 @@ def _seed(step: int, what: str) -> int:
     return zlib.crc32(f"{what}:{step}".encode())
 
 
-def decide(candidates: list[Candidate], samples: list[ViewSample],
+def decide(candidates: list[Trial], samples: list[ViewSample],
            reference: list[ViewSample], size_of: dict[str, int], cfg: LexicalConfig,
            step: int) -> tuple[list[Tested], Evidence]:
     """The candidates that pass (strongest first), and the evidence the proposal had.
@@ -149,7 +149,7 @@ def _evidence(y: np.ndarray, groups: np.ndarray, prompts: np.ndarray, critical: 
     return Evidence("sufficient", "", mde)
 
 
-def _across(keep: list[Candidate],
+def _across(keep: list[Trial],
             samples: list[ViewSample], reference: list[ViewSample], cfg: LexicalConfig, step: int,
             alpha: float) -> list[Tested]:
     """The saturated patterns that rose from the reference with the reward (module docstring)."""

@@ -32,7 +32,7 @@ from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
 from .detectors import DETECTORS, Detector, detector
-from .discovery import Candidate as Tested_, decide, length_choice
+from .discovery import Trial, decide, length_choice
 from .evidence import Effect, fisher_p
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
@@ -174,11 +174,11 @@ class LexicalProposer:
                 for k in feats_of[s.id]:
                     index.setdefault(k, []).append(i)
 
-        def tested(k: str, f: Feature, shows: Shows) -> Tested_:
-            return Tested_(k, f, shows, now.get(k) or [i for i, s in enumerate(view.samples) if shows(s)],
+        def tested(k: str, f: Feature, shows: Shows) -> Trial:
+            return Trial(k, f, shows, now.get(k) or [i for i, s in enumerate(view.samples) if shows(s)],
                            then.get(k) or [i for i, s in enumerate(view.reference) if shows(s)])
 
-        candidates = [Tested_(k, f, lambda s, k=k: k in feats_of[s.id], now[k], then.get(k, []))
+        candidates = [Trial(k, f, lambda s, k=k: k in feats_of[s.id], now[k], then.get(k, []))
                       for k, f in feature.items()]
         detections = _Detections()
         usable = self._usable_detectors(view, result)
