@@ -54,6 +54,8 @@ def summary_rows(history: list[dict[str, Any]], run_dir: Path | None = None,
         if of in last:
             n, total = int(last[failed]), int(last[of])
             rows.append((f"{what} (total)", "", f"{n} of {total} ({n / total:.1%})" if total else "0 of 0"))
+    if "proposer/insufficient_total" in last:
+        rows.append(("discovery evidence", "", discovery_evidence(last)))
     for role, spent in cost_lines(last):
         rows.append((f"tokens: {role} (total)", "", spent))
     if any("eval/rubric/replies" in h for h in history) or missing:
@@ -61,6 +63,19 @@ def summary_rows(history: list[dict[str, Any]], run_dir: Path | None = None,
     rows.append(("rollouts/s (mean)", "", f"{statistics.fmean(h['rollouts_per_s'] for h in history):.1f}"))
     rows.append(("step time s (mean)", "", f"{statistics.fmean(h['time/step'] for h in history):.2f} × {steps}"))
     return rows
+
+
+def discovery_evidence(last: dict[str, Any]) -> str:
+    """Whether the run's proposals could have seen a hack: a proposal whose tests lacked the power
+    (penalties.proposer.lexical.detectable_effect) found nothing because it could not, which is no
+    evidence that nothing was there; the summary never calls that "all clear"."""
+    done = int(last.get("proposer/finished_total", 0)) - int(last.get("proposer/failed_total", 0))
+    weak = int(last.get("proposer/insufficient_total", 0))
+    if done <= 0:
+        return "INSUFFICIENT: no proposal finished"
+    if weak:
+        return f"INSUFFICIENT in {weak} of {done} proposals (too few groups or rollouts, or rewards tied within groups)"
+    return f"sufficient in all {done} proposals"
 
 
 def penalty_rows(cfg: RunConfig) -> list[tuple[str, str, str]]:

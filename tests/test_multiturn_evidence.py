@@ -12,7 +12,7 @@ from dynalize.penalties.config import LexicalConfig
 from dynalize.penalties.lexical import LexicalProposer
 from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign, per_reply, rollout_id
 
-CFG = dict(min_diff=0.04, min_log_ratio=0.3, max_p_value=1e-3, min_effect=0.3, length_adjusted=True, length=False)
+CFG = dict(min_effect=0.3, length_adjusted=True, length=False)
 FILLER = "the cat sat on a mat near the old door".split()
 
 

@@ -228,7 +228,9 @@ def test_failing_proposer_is_counted_and_training_goes_on():
 
 
 def test_lexical_end_to_end_penalises_the_hack():
-    cfg = PenaltiesConfig(enabled=True, every=1, view_groups=8)
+    # the whole batch (8 groups x 4): 2 of each group's 4 replies carry the hack; the default 2 a
+    # group gives pairs that show it in at most 1 in 16 permutations each, no evidence at fdr 0.05
+    cfg = PenaltiesConfig(enabled=True, every=1, view_groups=8, view_per_group=4)
     eng = build_penalty_term(cfg, domain="toy", seed=3)
     assert isinstance(eng.proposer, LexicalProposer) and isinstance(eng.judge, RegexJudge)
 

@@ -12,9 +12,10 @@ it waits for them to appear, reads a file being written as far as it is complete
 summary.json and report.html as it goes (`Watch`). Nothing is written before the rollouts and
 --out are checked (outdir.py).
 
-Exit status: 0 no discovered pattern is live at the last step; 10 one or more are (the reward
-pays for them now); 2 bad input, an unusable --out or a file system error (one line); 3 the
-judge or proposer kept failing (the line says which);
+Exit status: 0 no discovered pattern is live at the last step, and the latest proposal could have
+seen one; 10 one or more are (the reward pays for them now); 11 none is live but the evidence is
+insufficient (too few groups or rollouts, rewards tied within groups, or no proposal yet: the line
+says which); 2 bad input, an unusable --out or a file system error (one line); 3 the judge or proposer kept failing (the line says which);
 1 an unexpected error; 130 interrupted (what was monitored is kept).
 """
 
@@ -322,10 +323,11 @@ def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
     import json
 
     from .outdir import write_atomic
-    from .summary import patterns, summary_json
+    from .summary import last_evidence, patterns, summary_json
 
     last, found = patterns(m.out)
-    write_atomic(m.out / "summary.json", json.dumps(summary_json(last, found), indent=1))
+    evidence = last_evidence(m.out)
+    write_atomic(m.out / "summary.json", json.dumps(summary_json(last, found, evidence), indent=1))
     if not args.no_html and last is not None:
         from ..analysis.html import render_page
         from ..analysis.runs import Run
@@ -334,14 +336,14 @@ def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
 
 
 def report(m: Monitor, args: argparse.Namespace) -> int:
-    from .summary import LIVE_EXIT, patterns, summary_table, verdict
+    from .summary import exit_status, last_evidence, patterns, summary_table, verdict
 
     last, found = patterns(m.out)
+    evidence = last_evidence(m.out)
     console().print(summary_table(last, found))
-    line = verdict(last, found)
-    console().print(line)
+    console().print(verdict(last, found, evidence))
     write_outputs(m, args)
-    return LIVE_EXIT if any(p.live for p in found) else 0
+    return exit_status(found, evidence)
 
 
 def filesystem_line(e: OSError, out: Path) -> str | None:

@@ -31,6 +31,9 @@ from ..types import Batch, Rollout
 from .outdir import STATE, write_atomic
 from .readers import MonitoredRollout, MonitorInputError
 
+EVIDENCE = "evidence.jsonl"
+"""One line per proposal: its step, whether its tests could have seen a hack (`state`), why not
+(`reason`) and the smallest effect they could detect (`detectable`)."""
 STATE_VERSION = 1
 
 
@@ -104,7 +107,7 @@ class Monitor:
         """Forget lines of our own files past the last saved step (an invocation that died between
         writing a step and saving the state): that step is monitored again."""
         last = max(self.done) if self.done else -1
-        for name in ("metrics.jsonl", "penalties.jsonl"):
+        for name in ("metrics.jsonl", "penalties.jsonl", EVIDENCE):
             path = self.out / name
             if path.exists():
                 rows = read_jsonl(path)
@@ -150,6 +153,9 @@ class Monitor:
         async with anyio.create_task_group() as tg:
             self.term.observe(batch, tg)  # the proposal runs to its end here: nothing waits on it
         metrics = self.metrics(batch)
+        evidence = self.term.evidence
+        if evidence is not None and evidence.get("step") == step:  # this step's proposal
+            append_jsonl(self.out / EVIDENCE, evidence)
         self.log.log_rollouts(step, batch.rollouts)
         self.log.log_events("penalties", scored.events)
         self.log.log_metrics(metrics)

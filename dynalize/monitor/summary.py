@@ -13,6 +13,29 @@ from ..runlog import read_jsonl
 
 LIVE_EXIT = 10
 """Exit status of `python -m dynalize.monitor` when a discovered pattern is live at the last step."""
+INSUFFICIENT_EXIT = 11
+"""Exit status when no discovered pattern is live but the latest proposal could not have seen a hack
+of the configured size (too few groups or rollouts, rewards tied within groups), or none ran yet:
+no evidence, which is not "all clear"."""
+
+
+def last_evidence(out: Path) -> dict[str, Any] | None:
+    """The latest proposal's evidence (replay.EVIDENCE), or None when no proposal ran."""
+    path = out / "evidence.jsonl"
+    rows = read_jsonl(path) if path.exists() else []
+    return rows[-1] if rows else None
+
+
+def insufficient(evidence: dict[str, Any] | None) -> bool:
+    return evidence is None or evidence.get("state") == "insufficient"
+
+
+def exit_status(found: list["Pattern"], evidence: dict[str, Any] | None) -> int:
+    """LIVE_EXIT when a pattern is live, INSUFFICIENT_EXIT when none is and the evidence is
+    insufficient, else 0."""
+    if any(p.live for p in found):
+        return LIVE_EXIT
+    return INSUFFICIENT_EXIT if insufficient(evidence) else 0
 
 
 @dataclass
@@ -66,14 +89,23 @@ def patterns(out: Path) -> tuple[int | None, list[Pattern]]:
     return last.get("step"), list(found.values())
 
 
-def verdict(last_step: int | None, found: list[Pattern]) -> str:
-    """One sentence from the numbers: what is live at the last step, and since when."""
+def verdict(last_step: int | None, found: list[Pattern], evidence: dict[str, Any] | None = None) -> str:
+    """One sentence from the numbers: what is live at the last step, and since when; or, with no
+    live pattern, whether the latest proposal could have seen one (`evidence`)."""
     if last_step is None:
         return "no step monitored yet"
     live = [p for p in found if p.live]
     if not live:
         retired = f" ({len(found)} found earlier, all retired)" if found else ""
-        return f"no discovered pattern is live at step {last_step}{retired}"
+        if evidence is None:
+            return f"insufficient evidence at step {last_step}: no proposal has run yet{retired}"
+        if insufficient(evidence):
+            return (f"insufficient evidence at step {last_step}: the proposal at step {evidence.get('step')} "
+                    f"could not have seen a hack ({evidence.get('reason') or 'no reason given'}); no pattern "
+                    f"is live, which is no evidence that none is paid for{retired}")
+        size = evidence.get("detectable")
+        could = f" (it could see effects of {size:.2f} reward stds and more)" if isinstance(size, int | float) else ""
+        return f"no discovered pattern is live at step {last_step}{retired}; latest proposal at step {evidence.get('step')}{could}"
     first = min(p.since for p in live)
     names = "; ".join(f"{p.title!r} since step {p.since}" for p in sorted(live, key=lambda p: p.since))
     return f"{len(live)} pattern(s) the reward pays for are live at step {last_step}, the first since step {first}: {names}"
@@ -101,6 +133,6 @@ def gap_text(p: Pattern, last_step: int | None) -> str:
     return f"{p.reward_gap:+.3f} (last measurable, step {p.reward_gap_step})"
 
 
-def summary_json(last_step: int | None, found: list[Pattern]) -> dict[str, Any]:
-    return {"last_step": last_step, "verdict": verdict(last_step, found), "live": sum(p.live for p in found),
-            "patterns": [asdict(p) for p in found]}
+def summary_json(last_step: int | None, found: list[Pattern], evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"last_step": last_step, "verdict": verdict(last_step, found, evidence), "live": sum(p.live for p in found),
+            "evidence": evidence, "patterns": [asdict(p) for p in found]}

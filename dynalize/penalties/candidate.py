@@ -44,7 +44,8 @@ class ProposalResult:
     """One proposal step: the accepted candidate (at most one), rejections by reason, or an error.
 
     `failed_at` names the stage that failed (`propose`: the proposal call or its reply, `dedup`:
-    the duplicate check or its reply); `regex_timeouts` counts patterns set aside for running
+    the duplicate check or its reply); `evidence` whether the proposal could have seen a hack
+    (lexical proposer; an LLM proposer does not say, `sufficient`); `regex_timeouts` counts patterns set aside for running
     past their time budget (saferegex).
     """
 
@@ -56,6 +57,13 @@ class ProposalResult:
     failed_at: str | None = None
     regex_timeouts: int = 0
     latency: float = 0.0
+    evidence: str = "sufficient"
+    """`insufficient` when the proposal's tests lacked the power to see a hack of the configured
+    size (too few groups or rollouts, rewards tied within groups): finding nothing then is no
+    evidence that nothing is there (`evidence_reason` says why, `detectable` the effect it could see)."""
+    evidence_reason: str = ""
+    detectable: float = float("inf")
+    """The smallest effect (within-group reward stds) the proposal's test could detect."""
 
     @property
     def ok(self) -> bool:

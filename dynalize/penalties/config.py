@@ -15,21 +15,24 @@ class _Section(BaseModel):
 
 
 class LexicalConfig(_Section):
-    """Thresholds of the LLM-free proposer's contrast of positive and negative replies (docs/penalties.md)."""
+    """The LLM-free proposer: its error rate, and what is worth penalising (docs/penalties.md)."""
 
     min_groups: int = Field(2, ge=1)
-    """A pattern must occur in positive-advantage replies of at least this many groups."""
-    min_diff: float = Field(0.4, gt=0, le=1)
-    """Minimum prevalence difference, positives minus negatives."""
-    min_log_ratio: float = Field(1.0, ge=0)
-    """Minimum smoothed log-ratio of prevalence, ln((p+1)/(P+2)) − ln((n+1)/(N+2))."""
-    length_log_ratio: float | None = Field(None, ge=0)
-    """The log-ratio a length pattern must reach (None: `min_log_ratio`); "longer than L words" is
-    common by construction, so its relative enrichment runs smaller than a word's."""
-    max_neg_prevalence: float = Field(0.5, ge=0, le=1)
-    """Ignore patterns present in more than this fraction of negative-advantage replies."""
-    max_p_value: float = Field(5e-4, gt=0, le=1)
-    """One-sided Fisher exact p-value a pattern's positive/negative split must reach."""
+    """A pattern is tested only when replies of at least this many prompt groups show it."""
+    fdr: float = Field(0.05, gt=0, lt=1)
+    """The error rate of a proposal's decisions: every candidate (words, phrases, openers, closers,
+    detectors, length limits) is tested against the rewards permuted within groups, and the chance
+    of any false discovery among all of them is held at this (a step-down max-statistic bound,
+    which bounds the false-discovery rate too; penalties.discovery). The one knob of the evidence:
+    what sample size, group count, candidate frequency and the number of candidates do to the
+    evidence is accounted for by the permutations."""
+    permutations: int = Field(500, ge=20)
+    """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
+    detectable_effect: float = Field(1.0, gt=0)
+    """The hack size (within-group reward stds, of a pattern in half the replies) a proposal must be
+    able to detect with about 80 % power for its silence to count as evidence; below that power
+    (too few groups or rollouts, rewards tied within groups) the proposal reports `insufficient`
+    evidence (ProposalResult.evidence), and the monitor and the run summary say so."""
     coverage: float = Field(0.5, gt=0, le=1)
     """A pattern counts as covered by an active penalty when its regex matches this share of its replies."""
     length: bool = True
@@ -44,15 +47,21 @@ class LexicalConfig(_Section):
     every rollout has some reply over L words, so presence
     per rollout saturates for positives and negatives alike while the share of replies does not.
     Single-turn rollouts count the same either way."""
-    length_threshold: Literal["largest", "onset"] = "largest"
-    """Which of the length limits that pass every test is proposed: `largest` (the strictest
-    separation of positives from negatives) or `onset` (the passing limit nearest where the reward
-    starts to pay more for each extra word, evidence.length_onset; no length penalty while it does
-    not). A reward paying from 30 words gets "longer than 40" from `largest` when 40 still
-    separates, which leaves what it pays between 30 and 40 unpenalised; and a reward that only pays
-    for not being short (true quality, often) gets a length penalty from `largest`, none from `onset`."""
+    length_threshold: Literal["strongest", "largest", "onset"] = "onset"
+    """Which of the length limits that pass the test is proposed: `strongest` (the one whose
+    statistic is largest, at or past the onset when evidence.length_onset finds one, and none when
+    the reward only pays for not being short, evidence.content_only), `largest` (the strictest
+    limit that still passes: with a test as sensitive as the permutation test, often far above
+    where the reward starts to pay) or `onset` (the passing limit nearest where the reward starts
+    to pay more for each extra word, decided at `fdr` against permuted rewards; no length penalty
+    while it does not: it needs replies on both sides of each limit, and misses a bar the policy's
+    lengths jump over). `onset` is the default: on the discovery benchmark (benchmarks/discovery.py,
+    16 runs) `strongest` found one more length shortcut but proposed length limits on a control run
+    and beside word shortcuts (precision 0.68 against 0.8x)."""
     min_effect: float = Field(0.8, ge=0)
-    """Replies with the pattern must beat the rest of their group by this many within-group RM stds."""
+    """What is worth penalising, not evidence: a pattern that passed the test must also beat the rest
+    of its group by this many within-group RM stds (a pattern found by the across-steps test,
+    saturated, has no such contrast left and is exempt)."""
     weak_p_value: float = Field(0.05, gt=0, le=1)
     """Weak evidence (Fisher p): revives a retired penalty whose pattern comes back, and keeps a
     pattern that an active penalty travelling with it does not explain away."""
@@ -72,7 +81,7 @@ class LexicalConfig(_Section):
     detectors: list[str] = []
     """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
     `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the
-    same tests as a word (prevalence, Fisher p, `min_effect`, coverage, explained-away,
+    same tests as a word (the permutation test at `fdr`, `min_effect`, coverage, explained-away,
     `drift_p_value`, revival) and becomes a penalty naming its detector, which every judge
     decides locally (an LLM judge never sees it). `off_topic` reads the conversation each reply
     answers (`penalties.judge.context` must stay true; the build refuses it otherwise). Empty (the default): none, so runs and

@@ -13,6 +13,9 @@ import math
 import statistics
 from collections.abc import Callable
 
+import numpy as np
+
+from .permutation import group_index, within_permutations
 from .views import ViewSample
 
 
@@ -90,59 +93,133 @@ class Effect:
 
 ONSET_WINDOW = 10
 """Words on each side of a limit L that its local contrast compares: (L − W, L] against (L, L + W]."""
-ONSET_T = 2.5
-"""How many standard errors a rise of the local contrast must reach to count as the RM starting to pay."""
 
 
 def local_length_pay(samples: list[ViewSample], words: dict[str, int], limits: list[int],
-                     window: int = ONSET_WINDOW) -> dict[int, tuple[float, float]]:
+                     window: int = ONSET_WINDOW, scores: np.ndarray | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """For each limit L that 3 or more groups can measure: what the RM pays, locally, for crossing
-    L, and its standard error. Within each group, the mean RM score of its replies of (L, L + W]
-    words minus that of its replies of (L − W, L]; the mean of those differences weighted by the
-    longer replies, in the view's spread units (as `Effect`). A reward that pays only for not
-    being short (as true quality often does) gives a contrast that falls with L; one that starts
-    paying past L* gives a contrast that rises to L*."""
-    whole = Effect(samples)  # its groups and spread
-    if whole.spread <= 0:
+    L, and its standard error, for each column of `scores` (samples x columns; default: the
+    samples' own scores, one column). Within each group, the mean score of its replies of
+    (L, L + W] words minus that of its replies of (L − W, L]; the mean of those differences
+    weighted by the longer replies, in the view's spread units (as `Effect`). A reward that pays
+    only for not being short (as true quality often does) gives a contrast that falls with L; one
+    that starts paying past L* gives a contrast that rises to L*; one linear in length, a flat
+    positive one."""
+    whole = Effect(samples)  # its spread
+    if whole.spread <= 0 or not samples:
         return {}
-    shortest, longest = min(words[s.id] for s in samples), max(words[s.id] for s in samples)
+    groups = group_index([s.group for s in samples])
+    y = np.array([[s.score] for s in samples]) if scores is None else scores
+    w = np.array([words[s.id] for s in samples])
+    shortest, longest = int(w.min()), int(w.max())
+    n_groups = int(groups.max()) + 1
     out = {}
     for limit in sorted(limits):
         if limit - window // 2 < shortest or limit + window > longest:
             continue  # windows the replies do not fill: past the longest, a cut-off reply's drop
-        diffs = []
-        for g in whole.groups.values():
-            below = [s.score for s in g if limit - window < words[s.id] <= limit]
-            above = [s.score for s in g if limit < words[s.id] <= limit + window]
-            if below and above:
-                diffs.append((statistics.fmean(above) - statistics.fmean(below), len(above)))
-        if len(diffs) < 3:
+        below = (w > limit - window) & (w <= limit)
+        above = (w > limit) & (w <= limit + window)
+        nb, na = np.bincount(groups[below], minlength=n_groups), np.bincount(groups[above], minlength=n_groups)
+        both = (nb > 0) & (na > 0)
+        if both.sum() < 3:
             continue
-        total = sum(n for _, n in diffs)
-        mean = sum(d * n for d, n in diffs) / total
-        se = math.sqrt(sum((n * (d - mean)) ** 2 for d, n in diffs)) / total  # of a weighted mean
+        sums_b = np.zeros((n_groups, y.shape[1]))
+        sums_a = np.zeros((n_groups, y.shape[1]))
+        np.add.at(sums_b, groups[below], y[below])
+        np.add.at(sums_a, groups[above], y[above])
+        d = sums_a[both] / na[both, None] - sums_b[both] / nb[both, None]
+        n = na[both, None].astype(float)
+        total = float(n.sum())
+        mean = (d * n).sum(axis=0) / total
+        se = np.sqrt((((d - mean) * n) ** 2).sum(axis=0)) / total  # of a weighted mean
         out[limit] = (mean / whole.spread, se / whole.spread)
     return out
 
 
-def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[int]) -> int | None:
-    """Of `limits`, where the RM starts paying for length, or None when it never does.
-
-    On the local pay of each limit (`local_length_pay`): the largest rise from a valley to a later
-    peak that reaches `ONSET_T` standard errors, and the first limit after the valley that reaches
-    half of it. For a step or a ramp past L* that point lies within half a window of L*. A reward
-    that pays for content (steep over short replies, flat after) has no such rise, however strongly
-    it separates short replies from long ones: proposing "longer than L" there would penalise
-    what the reward pays for good reasons."""
-    pay = local_length_pay(samples, words, limits)
+def _rise(pay: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Per column: the largest rise of the local pay from a limit to a later one, in standard errors."""
     ls = sorted(pay)
-    rises = []
+    best = np.full(next(iter(pay.values()))[0].shape, -np.inf)
     for i, valley in enumerate(ls):
         for peak in ls[i + 1:]:
-            rise = pay[peak][0] - pay[valley][0]
-            if rise > 0 and rise >= ONSET_T * math.hypot(pay[peak][1], pay[valley][1]):
-                rises.append((rise, valley, peak))
-    if not rises:
-        return None
-    rise, valley, peak = max(rises)
-    return next(lim for lim in ls if valley < lim <= peak and pay[lim][0] >= pay[valley][0] + rise / 2)
+            se = np.hypot(pay[peak][1], pay[valley][1])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                best = np.maximum(best, np.where(se > 0, (pay[peak][0] - pay[valley][0]) / se, -np.inf))
+    return best
+
+
+def _tail(pay: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Per column: the local pay over the longer half of the measurable limits, in standard errors
+    (a reward that still pays for extra words among the longest replies)."""
+    ls = sorted(pay)[len(pay) // 2:]
+    mean = sum(pay[lim][0] for lim in ls)
+    se = np.sqrt(sum(pay[lim][1] ** 2 for lim in ls))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(se > 0, mean / se, -np.inf)
+
+
+def _head(pay: dict[int, tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Per column: the local pay over the shorter half of the measurable limits, in standard errors
+    (a reward that pays for not being short)."""
+    ls = sorted(pay)[:max(1, len(pay) // 2)]
+    mean = sum(pay[lim][0] for lim in ls)
+    se = np.sqrt(sum(pay[lim][1] ** 2 for lim in ls))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(se > 0, mean / se, -np.inf)
+
+
+def content_only(samples: list[ViewSample], words: dict[str, int], limits: list[int], *, alpha: float = 0.05,
+                 permutations: int = 200, seed: int = 0) -> bool:
+    """Whether the reward, as far as length goes, only pays for not being short: the local pay over
+    the shorter half of the limits is positive (at alpha against the same permutations as
+    `length_onset`) and `length_onset` finds no onset. "Longer than L" then separates what the
+    reward pays for good reasons (true quality often does); a view too small to measure the local
+    pay is not content-only (nothing to say either way)."""
+    onset, head = _length_statistics(samples, words, limits, alpha, permutations, seed)
+    return onset is None and head
+
+
+def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[int], *, alpha: float = 0.05,
+                 permutations: int = 200, seed: int = 0) -> int | None:
+    """Of `limits`, where the RM starts paying for length, or None when it never does, decided at
+    error rate `alpha` against the scores permuted within groups (the same permutations for every
+    limit and every valley-to-peak pair, so the many rises looked at are accounted for).
+
+    On the local pay of each limit (`local_length_pay`), two statistics, each tested at alpha / 2
+    against its permutation maximum: the largest rise from a valley to a later peak (a step or a
+    ramp past L*: the onset is the first limit after the valley that reaches half of the rise,
+    within half a window of L*), and the pay over the longer half of the limits (a reward that pays for
+    every extra word: the onset is the first limit after the last one where it paid nothing). A
+    reward that pays for content (steep over short replies, flat after) has neither, however
+    strongly it separates short replies from long ones: proposing "longer than L" there would
+    penalise what the reward pays for good reasons."""
+    return _length_statistics(samples, words, limits, alpha, permutations, seed)[0]
+
+
+def _length_statistics(samples: list[ViewSample], words: dict[str, int], limits: list[int], alpha: float,
+                       permutations: int, seed: int) -> tuple[int | None, bool]:
+    """(the onset, whether the local pay over the shorter limits is significantly positive)."""
+    if not samples:
+        return None, False
+    groups = group_index([s.group for s in samples])
+    y = np.array([s.score for s in samples])
+    cols = np.column_stack([y, y[within_permutations(groups, permutations, seed)].T])
+    pay = local_length_pay(samples, words, limits, scores=cols)
+    if len(pay) < 2:
+        return None, False
+    ls = sorted(pay)
+    rise, tail, head = _rise(pay), _tail(pay), _head(pay)
+    paid_short = bool(head[0] > np.quantile(head[1:], 1 - alpha))
+    if rise[0] > np.quantile(rise[1:], 1 - alpha / 2):
+        observed = {lim: pay[lim][0][0] for lim in ls}
+        se = {lim: pay[lim][1][0] for lim in ls}
+        pairs = [(observed[p] - observed[v], v, p) for i, v in enumerate(ls) for p in ls[i + 1:]
+                 if math.hypot(se[p], se[v]) > 0
+                 and (observed[p] - observed[v]) / math.hypot(se[p], se[v]) >= rise[0] - 1e-9]
+        size, valley, peak = max(pairs)
+        return next(lim for lim in ls if valley < lim <= peak and observed[lim] >= observed[valley] + size / 2), paid_short
+    if tail[0] > np.quantile(tail[1:], 1 - alpha / 2):
+        paid_nothing = [lim for lim in ls if pay[lim][0][0] <= 0]
+        later = [lim for lim in ls if not paid_nothing or lim > max(paid_nothing)]
+        return (later[0] if later else None), paid_short
+    return None, paid_short

@@ -1,9 +1,11 @@
 """The lexical proposer: finds surface patterns the RM rewards, with no LLM (the CPU default).
 
-It contrasts the view's positive- and negative-advantage replies over word n-grams, openers,
-closers and length, keeps the patterns that pass every test of `LexicalConfig` (enrichment,
-Fisher p-value, RM effect within groups), drops those an active penalty covers or explains away,
-and proposes the strongest as a regex penalty. Named detectors (`LexicalConfig.detectors`,
+It tests every word n-gram, opener, closer, detector and length limit of the view against the
+rewards permuted within groups (and, for a pattern that has taken over, across steps), at one
+error rate for them all (`LexicalConfig.fdr`, penalties.discovery), keeps those the RM pays
+enough for (`min_effect`), drops those an active penalty covers or explains away, and proposes
+the strongest as a regex penalty; its `ProposalResult.evidence` says whether finding nothing
+was evidence of nothing. Named detectors (`LexicalConfig.detectors`,
 penalties.detectors: repetition, drift off the prompt's topic, unfinished sentences, ...) go
 through the same tests beside the word patterns and become penalties that name their detector.
 The rules and the evidence for each are in docs/penalties.md ("The lexical proposer", "Named
@@ -30,7 +32,8 @@ from ..types import Penalty
 from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
 from .detectors import DETECTORS, Detector, detector
-from .evidence import Effect, fisher_p, length_onset
+from .discovery import Trial, decide, length_choice
+from .evidence import Effect, fisher_p
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
 from .views import ProposerView, ViewSample, per_reply, prompt_group, rollout_id
@@ -131,12 +134,6 @@ class LexicalProposer:
         analysis only, e.g. a benchmark's oracle that blocks penalties matching no planted
         feature to measure what false penalties cost; a training run never sets it."""
 
-    @property
-    def length_log_ratio(self) -> float:
-        """The log-ratio a length pattern must reach."""
-        c = self.cfg
-        return c.min_log_ratio if c.length_log_ratio is None else c.length_log_ratio
-
     async def propose(self, view: ProposerView) -> ProposalResult:
         t0 = time.perf_counter()
         result = ProposalResult(step=view.step)
@@ -149,68 +146,67 @@ class LexicalProposer:
         return result
 
     def best(self, view: ProposerView, result: ProposalResult | None = None) -> Candidate | None:
-        """The strongest over-represented pattern as a candidate, or None."""
+        """The strongest pattern the reward pays for (at the configured error rate) as a candidate,
+        or None; `result.evidence` says whether None is evidence of no hack."""
         result = result or ProposalResult(step=view.step)
         if self.cfg.unit == "reply":
             view = per_reply(view)
         pos, neg = view.positives(), view.negatives()
-        if len(pos) < self.cfg.min_groups or not neg:
+        if not view.samples:
+            result.evidence, result.evidence_reason = "insufficient", "no rollout to read"
             return None
-        feats_of = {s.id: rollout_features(s.parts) for s in view.samples}
-        words_of = {s.id: longest_reply(s.parts) for s in view.samples}  # "longer than L": any reply
-        size_of = {s.id: sum(map(word_count, s.parts)) for s in view.samples}  # what length-adjusting holds fixed
+        everyone = view.samples + view.reference
+        feats_of = {s.id: rollout_features(s.parts) for s in everyone}
+        words_of = {s.id: longest_reply(s.parts) for s in everyone}  # "longer than L": any reply
+        size_of = {s.id: sum(map(word_count, s.parts)) for s in everyone}  # what length-adjusting holds fixed
         effect = self._effect(view.samples, size_of)
-        pos_feats = [feats_of[s.id] for s in pos]
-        neg_counts = Counter(k for s in neg for k in feats_of[s.id])
-        having: dict[str, list[ViewSample]] = {}
-        shown: dict[str, Counter[str]] = {}
         feature: dict[str, Feature] = {}
-        for s, feats in zip(pos, pos_feats):
-            for k, f in feats.items():
-                having.setdefault(k, []).append(s)
-                shown.setdefault(k, Counter())[f.shown] += 1
+        shown: dict[str, Counter[str]] = {}
+        for s in view.samples:
+            for k, f in feats_of[s.id].items():
                 feature.setdefault(k, f)
-        scored = []
-        for k, samples in having.items():
-            passed = self._score(samples, neg_counts[k], len(pos), len(neg), feature[k].kind,
-                                 lambda k=k: effect(lambda s: k in feats_of[s.id]))
-            if passed:
-                scored.append((passed[0], k, *passed[1:]))
+                if s.sign == "+":
+                    shown.setdefault(k, Counter())[f.shown] += 1
+        now: dict[str, list[int]] = {}
+        then: dict[str, list[int]] = {}
+        for index, samples in ((now, view.samples), (then, view.reference)):
+            for i, s in enumerate(samples):
+                for k in feats_of[s.id]:
+                    index.setdefault(k, []).append(i)
+
+        def tested(k: str, f: Feature, shows: Shows) -> Trial:
+            return Trial(k, f, shows, now.get(k) or [i for i, s in enumerate(view.samples) if shows(s)],
+                           then.get(k) or [i for i, s in enumerate(view.reference) if shows(s)])
+
+        candidates = [Trial(k, f, lambda s, k=k: k in feats_of[s.id], now[k], then.get(k, []))
+                      for k, f in feature.items()]
         detections = _Detections()
         usable = self._usable_detectors(view, result)
         for d in usable:
-            shows = detections.shows(d)
             f = Feature("detector", d.name, d.title, "")
-            samples = [s for s in pos if shows(s)]
-            passed = self._score(samples, sum(map(shows, neg)), len(pos), len(neg), f.kind,
-                                 lambda shows=shows: effect(shows)) if samples else None
-            if passed:
-                k = f"detector:{d.name}"
-                having[k], shown[k], feature[k] = samples, Counter({f.shown: 1}), f
-                scored.append((passed[0], k, *passed[1:]))
-        if self.cfg.length:
-            # of the length thresholds that separate positives from negatives: the largest, or the onset
-            lengths = []
-            pos_words, neg_words = [words_of[s.id] for s in pos], [words_of[s.id] for s in neg]
-            limits = list(range(self.cfg.length_step, max(pos_words, default=0), self.cfg.length_step))
-            for n in limits:
-                f = length_feature(n)
-                samples = [s for s, w in zip(pos, pos_words) if w > n]
-                passed = self._score(samples, sum(w > n for w in neg_words), len(pos), len(neg), f.kind,
-                                     lambda n=n: effect(lambda s: words_of[s.id] > n, adjust=False))
-                if passed:
-                    lengths.append((n, f, samples, passed))
-            chosen = max(lengths, key=lambda t: t[0]) if lengths else None
-            if lengths and self.cfg.length_threshold == "onset":
-                # the passing limit nearest where the RM starts to pay; none if it never starts
-                onset = length_onset(view.samples, words_of, limits)
-                chosen = None if onset is None else min(lengths, key=lambda t: (abs(t[0] - onset), t[0]))
-                if chosen is None:
-                    result.reject("no_onset")
+            k = f"detector:{d.name}"
+            feature[k], shown[k] = f, Counter({f.shown: 1})
+            candidates.append(tested(k, f, detections.shows(d)))
+        limits = list(range(self.cfg.length_step, max(words_of.values(), default=0), self.cfg.length_step)) \
+            if self.cfg.length else []
+        for n in limits:
+            f = length_feature(n)
+            feature[f.key], shown[f.key] = f, Counter({f.shown: 1})
+            candidates.append(tested(f.key, f, lambda s, n=n: words_of[s.id] > n))
+        passed, evidence = decide(candidates, view.samples, view.reference, size_of, self.cfg, view.step)
+        result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
+        worth = [t for t in passed if t.family == "across"
+                 or self.cfg.min_effect <= 0 or effect(t.shows, adjust=t.feature.kind != "length") >= self.cfg.min_effect]
+        lengths = [t for t in worth if t.feature.kind == "length"]
+        scored = [t for t in worth if t.feature.kind != "length"]
+        if lengths:
+            # of the length limits that pass: the strongest, the largest, or the one nearest the onset
+            chosen = length_choice(lengths, view.samples, words_of, limits, self.cfg, view.step)
+            if chosen is None:
+                result.reject("no_onset")
             if chosen is not None:
-                _, f, samples, passed = chosen
-                having[f.key], shown[f.key], feature[f.key] = samples, Counter({f.shown: 1}), f
-                scored.append((passed[0], f.key, *passed[1:]))
+                scored.append(chosen)
+        scored.sort(key=lambda t: (-t.z, KIND_RANK[t.feature.kind]))
         active = penalty_matches(view.active, view.samples, result)
         explainers = [lambda s, spans=spans: _shows(spans, s) for _, spans in active]
         explainers += [detections.shows(DETECTORS[p.detector]) for p in view.active if p.detector in DETECTORS]
@@ -221,26 +217,31 @@ class LexicalProposer:
             result.candidates += 1
             return revival
         result.candidates += len(scored)
-        scored.sort(key=lambda t: t[0], reverse=True)
         waiting: list[Shows] = []  # stronger patterns set aside for not rising yet (explain_by_stronger)
-        for rank, (key, k, p, q) in enumerate(scored):
-            f = feature[k]
-            f = Feature(f.kind, f.key, shown[k].most_common(1)[0][0], f.regex)
+        for rank, t in enumerate(scored):
+            f, k = t.feature, t.key
+            having = [s for s in pos if t.shows(s)]
+            if shown.get(k):
+                f = Feature(f.kind, f.key, shown[k].most_common(1)[0][0], f.regex)
             own = self._shows_of(f, detections)
-            if self._covered(f, having[k], active, named):
+            if self._covered(f, having, active, named):
                 result.reject("covered")
                 continue
             causes = explainers
             if self.cfg.explain_by_stronger:
                 causes = explainers + waiting + self._broader(f, own, feature, view, detections, size_of)
-            if self._explained(f, own, having[k], view, causes, size_of):
+            if having and self._explained(f, own, having, view, causes, size_of):
                 result.reject("explained")
                 continue
-            if not self._rising(f, own, view):
+            if t.family == "within" and not self._rising(f, own, view):
                 result.reject("not_rising")
                 waiting.append(own)
                 continue
-            c = self._candidate(f, having[k], p, q, len(pos), len(neg), key[2])
+            n_neg = sum(map(t.shows, neg))
+            p, q = len(having) / max(len(pos), 1), n_neg / max(len(neg), 1)
+            groups = len({prompt_group(s) for s in view.samples if t.shows(s)})
+            c = self._candidate(f, having or [s for s in view.samples if t.shows(s)], p, q, len(pos), len(neg),
+                                groups, t.family)
             if self.accept is not None and not self.accept(c):
                 result.reject("vetoed")
                 continue
@@ -270,24 +271,6 @@ class LexicalProposer:
     def _effect(self, samples: list[ViewSample], words: dict[str, int]) -> Effect:
         """The RM-effect test over `samples`, length-adjusted when `length_adjusted` is on."""
         return Effect(samples, words if self.cfg.length_adjusted else None)
-
-    def _score(self, samples: list[ViewSample], n_neg_with: int, n_pos: int, n_neg: int, kind: str,
-               effect: Callable[[], float]) -> tuple[tuple, float, float] | None:
-        """(rank, p, q) of a pattern shown by positive `samples` and `n_neg_with` negatives, if it passes.
-
-        `effect()` gives the pattern's standardised RM effect; it is computed last (it is the
-        costliest test) and only when `min_effect` > 0.
-        """
-        groups = len({prompt_group(s) for s in samples})
-        p, q = len(samples) / n_pos, n_neg_with / n_neg
-        lr = math.log((len(samples) + 1) / (n_pos + 2)) - math.log((n_neg_with + 1) / (n_neg + 2))
-        min_lr = self.length_log_ratio if kind == "length" else self.cfg.min_log_ratio
-        if (groups >= self.cfg.min_groups and p - q >= self.cfg.min_diff and lr >= min_lr
-                and q <= self.cfg.max_neg_prevalence
-                and fisher_p(len(samples), n_pos, n_neg_with, n_neg) <= self.cfg.max_p_value
-                and (self.cfg.min_effect <= 0 or effect() >= self.cfg.min_effect)):
-            return (round(p - q, 9), round(lr, 9), groups, -KIND_RANK[kind]), p, q
-        return None
 
     def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
                  active: list[tuple[Penalty, Spans]], retired: list[tuple[Penalty, Spans]],
@@ -406,13 +389,19 @@ class LexicalProposer:
 
     @staticmethod
     def _candidate(f: Feature, samples: list[ViewSample], p: float, q: float, n_pos: int, n_neg: int,
-                   groups: int) -> Candidate:
+                   groups: int, found: str = "within") -> Candidate:
         what = f"{f.title}. {DETECTORS[f.key].description}" if f.kind == "detector" else f"{f.title}."
-        description = (
-            f"{what} Among sampled replies, {p:.0%} of those the reward model scored above their "
-            f"group ({round(p * n_pos)}/{n_pos}, from {groups} groups) show this, against {q:.0%} of "
-            f"those it scored below ({round(q * n_neg)}/{n_neg}): the reward model seems to reward "
-            f"the pattern itself rather than the quality of the reply.")
+        if found == "across":
+            description = (
+                f"{what} It rose from the run's first batches to most sampled replies ({p:.0%} of those "
+                f"the reward model scored above their group) while the reward rose with it: the reward "
+                f"model seems to reward the pattern itself rather than the quality of the reply.")
+        else:
+            description = (
+                f"{what} Among sampled replies, {p:.0%} of those the reward model scored above their "
+                f"group ({round(p * n_pos)}/{n_pos}, from {groups} groups) show this, against {q:.0%} of "
+                f"those it scored below ({round(q * n_neg)}/{n_neg}): the reward model seems to reward "
+                f"the pattern itself rather than the quality of the reply.")
         refs = list(dict.fromkeys(rollout_id(s.id) for s in samples))
         if f.kind == "detector":
             return Candidate(f.title, description, refs, None, groups, detector=f.key)

@@ -11,6 +11,7 @@ does, as the judge reads it (each reply on its own; a penalty counts once per ro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import regex
 
@@ -64,17 +65,22 @@ _TRAILING = regex.compile(r"[\s\"')\]*_]+\Z")
 """What may follow a reply's last mark: space, closing quotes and brackets, markdown emphasis."""
 
 
+@lru_cache(maxsize=1 << 18)
+def ngram_feature(gram: tuple[str, ...]) -> Feature:
+    """The pattern of a lower-cased word n-gram (built once per n-gram: a batch repeats them)."""
+    body = r"\W+".join(regex.escape(w) for w in gram)
+    return Feature(f"ngram{len(gram)}", " ".join(gram), " ".join(gram), rf"(?i){WORD_START}{body}{WORD_END}")
+
+
 def reply_features(text: str) -> dict[str, Feature]:
     """The features present in `text`, by kind:key."""
     feats: list[Feature] = []
     words = [w.lower() for w in WORD.findall(text)]
     for n in (1, 2, 3):
         for i in range(len(words) - n + 1):
-            gram = words[i:i + n]
-            if all(w in STOP_WORDS for w in gram):
-                continue
-            body = r"\W+".join(regex.escape(w) for w in gram)
-            feats.append(Feature(f"ngram{n}", " ".join(gram), " ".join(gram), rf"(?i){WORD_START}{body}{WORD_END}"))
+            gram = tuple(words[i:i + n])
+            if not all(w in STOP_WORDS for w in gram):
+                feats.append(ngram_feature(gram))
     tokens = TOKEN.findall(text)
     for n in (1, 2):
         if len(tokens) >= n:

@@ -23,6 +23,7 @@ fails too often over a window of steps or the proposer fails proposal after prop
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections import deque
 from dataclasses import asdict
@@ -54,7 +55,8 @@ class PenaltyTerm(RewardTerm):
     """
 
     TOTALS = ("judge/verdicts", "judge/failed_verdicts", "proposer/finished", "proposer/failed",
-              "proposer/accepted", "penalties/adds", "penalties/revives", "proposer/apply_refused")
+              "proposer/accepted", "penalties/adds", "penalties/revives", "proposer/apply_refused",
+              "proposer/insufficient")
     """Counters also reported as running totals (`<name>_total`) in every step's metrics."""
 
     name = "penalties"
@@ -76,6 +78,9 @@ class PenaltyTerm(RewardTerm):
         self._done: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
         self.totals: dict[str, float] = {}
+        self.evidence: dict[str, Any] | None = None
+        """The last finished proposal's evidence: step, state (`sufficient` / `insufficient`),
+        reason, and the smallest effect it could detect (None: unbounded)."""
         self._step: dict[str, float] = {}
         self._proposals_failed_in_a_row = 0
         self._proposer_error: str | None = None
@@ -220,7 +225,8 @@ class PenaltyTerm(RewardTerm):
                 "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
                 "in_flight": _view_state(unfinished) if unfinished else None,
                 "recent": [_view_state(v) for v in self.recent],
-                "reference": [asdict(s) for s in self.reference], "reference_batches": self._reference_batches}
+                "reference": [asdict(s) for s in self.reference], "reference_batches": self._reference_batches,
+                "evidence": self.evidence}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_json(state["buffer"])
@@ -228,6 +234,7 @@ class PenaltyTerm(RewardTerm):
         self.recent.clear()
         self.recent.extend(_view_from_state(v) for v in state.get("recent", []))
         self.reference = [ViewSample(**s) for s in state.get("reference", [])]
+        self.evidence = state.get("evidence")
         self._reference_batches = int(state.get("reference_batches", 1 if self.reference else 0))
         pending = state.get("pending") or []
         if isinstance(pending, dict):  # older checkpoints: one candidate, its step apart
@@ -264,6 +271,10 @@ class PenaltyTerm(RewardTerm):
         self._proposer_error = " ".join(str(result.error).split())[:300] if not result.ok else None
         self._count("proposer/candidates", result.candidates)
         self._count("proposer/regex_timeouts", result.regex_timeouts)
+        if result.ok:
+            self._count("proposer/insufficient", float(result.evidence == "insufficient"))
+            self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
+                             "detectable": result.detectable if math.isfinite(result.detectable) else None}
         for reason, n in result.rejected.items():
             self._count(f"proposer/rejected/{reason}", n)
         if not result.ok:

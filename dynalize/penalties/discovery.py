@@ -1,0 +1,200 @@
+"""Which candidate patterns of a proposal the reward pays for, at a stated error rate, and what a
+proposal that finds none is worth.
+
+Every candidate (word n-gram, opener, closer, named detector, "longer than L words") shown in at
+least `min_groups` groups is tested in one of two families, both decided by step-down
+max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fdr` between them:
+
+- within groups: the reward with vs without it inside each group of the view (at equal length for
+  wording when `length_adjusted`), against the rewards permuted within groups;
+- across steps (when the view has a reference, the run's first batches): a pattern most of the
+  view's replies show (`SATURATED`), far more than the reference did, whose carriers the reward
+  pays more across the pooled reference and view than the rest, against the rewards permuted over
+  the pool; and that the reward pays within groups (`PAID_Z`) wherever a group still contrasts it. A hack that
+  saturated between two proposals leaves no contrast within groups, only this one.
+
+Without a reference all of `fdr` goes to the within-group family; with one, half to each.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import LexicalConfig
+from .evidence import content_only, fisher_p, length_onset
+from .permutation import centred, detectable_effect, group_index, indicator, residuals, standardised, step_down, within_permutations
+from .surface import Feature, length_limit
+from .views import ViewSample, prompt_group
+
+SATURATED = 0.8
+"""The across-steps test looks at patterns at least this share of the view's replies show: a hack
+that has taken over (below it, groups still contrast the pattern and the within-group test sees it)."""
+
+PAID_Z = 1.645
+"""A pattern found across steps must also be paid within groups wherever they still contrast it
+(the reference's and the view's): its within-group statistic at least this (one-sided 5 %), or no
+contrast left anywhere. Across steps alone, a reward that rises for good reasons while an unpaid
+pattern spreads would look the same."""
+
+
+@dataclass
+class Evidence:
+    """What a proposal's silence is worth: `sufficient`, or `insufficient` with the reason."""
+
+    state: str = "sufficient"
+    reason: str = ""
+    detectable: float = math.inf
+    """The smallest effect (within-group reward stds) of a pattern in half the replies that the
+    within-group test would find with about 80 % power (permutation.detectable_effect)."""
+
+
+@dataclass
+class Trial:
+    """A pattern to test: its key and feature, whether a sample shows it, and the indices of the
+    view's samples (`now`) and of its reference's (`then`) that do."""
+
+    key: str
+    feature: Feature
+    shows: Callable[[ViewSample], bool]
+    now: list[int]
+    then: list[int]
+
+
+@dataclass
+class Tested:
+    """A candidate that passed: its pattern, the samples of the view that show it, its statistic."""
+
+    key: str
+    feature: Feature
+    shows: Callable[[ViewSample], bool]
+    z: float
+    family: str
+    """`within` (a contrast within groups) or `across` (risen with the reward across steps)."""
+
+
+def _seed(step: int, what: str) -> int:
+    return zlib.crc32(f"{what}:{step}".encode())
+
+
+def decide(candidates: list[Trial], samples: list[ViewSample],
+           reference: list[ViewSample], size_of: dict[str, int], cfg: LexicalConfig,
+           step: int) -> tuple[list[Tested], Evidence]:
+    """The candidates that pass (strongest first), and the evidence the proposal had.
+
+    Length candidates (kind `length`) are tested on the
+    plain reward, the others at equal length when `cfg.length_adjusted`."""
+    alpha = cfg.fdr / 2 if reference else cfg.fdr
+    groups = group_index([s.group for s in samples])
+    y = np.array([s.score for s in samples], dtype=float)
+    sizes = np.array([size_of[s.id] for s in samples], dtype=float)
+    y_words = residuals(y, sizes, groups) if cfg.length_adjusted else y
+    prompts = np.array([prompt_group(s) for s in samples])
+    rows, keep = [], []
+    for c in candidates:
+        if len(c.now) >= cfg.min_groups and len(set(prompts[c.now].tolist())) >= cfg.min_groups:
+            rows.append(c.now)
+            keep.append(c)
+    perms = within_permutations(groups, cfg.permutations, _seed(step, "within"))
+    is_length = np.array([c.feature.kind == "length" for c in keep], dtype=bool)
+    x = indicator(rows, len(samples))
+    # one null for both scores: the same permutations, the max over every candidate
+    z, null = np.full(len(keep), np.nan), np.full((len(keep), cfg.permutations), np.nan)
+    plain = is_length | _collinear(x, sizes, groups) if cfg.length_adjusted else np.ones(len(keep), dtype=bool)
+    for mask, scores in ((~plain, y_words), (plain, y)):
+        if mask.any():
+            z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], scores, groups, perms)
+    within = step_down(z, null, alpha)
+    evidence = _evidence(y, groups, prompts, within.critical, cfg)
+    ok = within.passes(alpha)
+    passed = [Tested(c.key, c.feature, c.shows, float(z[i]), "within") for i, c in enumerate(keep) if ok[i]]
+    if reference:
+        done = {t.key for t in passed}
+        passed += [t for t in _across(keep, samples, reference, cfg, step, alpha) if t.key not in done]
+    passed.sort(key=lambda t: -t.z)
+    return passed, evidence
+
+
+def _collinear(x, sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per candidate: whether its presence and reply length cannot be told apart within groups (a
+    word that is all that separates long replies from short): it is tested on the plain reward,
+    as `Effect` measures it then."""
+    sc = centred(sizes, groups)
+    n_g = np.bincount(groups).astype(float)
+    onehot_counts = np.zeros((x.shape[0], len(n_g)))
+    coo = x.tocoo()
+    np.add.at(onehot_counts, (coo.row, groups[coo.col]), 1.0)
+    sxx = (onehot_counts - onehot_counts ** 2 / n_g).sum(axis=1)
+    sxw = np.asarray(x @ sc).ravel()
+    sww = float(sc @ sc)
+    return (sww <= 1e-12) | (sxx * sww - sxw ** 2 <= 1e-9 * sxx * sww)
+
+
+def _evidence(y: np.ndarray, groups: np.ndarray, prompts: np.ndarray, critical: float,
+              cfg: LexicalConfig) -> Evidence:
+    yc_sq = np.bincount(groups, (y - (np.bincount(groups, y) / np.bincount(groups))[groups]) ** 2)
+    contrasted = {int(prompts[i]) for i in range(len(y)) if yc_sq[groups[i]] > 1e-12}
+    mde = detectable_effect(y, groups, critical)
+    if len(contrasted) < max(cfg.min_groups, 2):
+        return Evidence("insufficient", f"{len(contrasted)} group(s) with a reward contrast (rewards tied "
+                        f"within the others): at least {max(cfg.min_groups, 2)} are needed", mde)
+    if mde > cfg.detectable_effect:
+        return Evidence("insufficient", f"{len(y)} rollouts in {len(contrasted)} contrasted groups can only "
+                        f"detect effects of {mde:.2f} reward stds and more (penalties.proposer.lexical."
+                        f"detectable_effect: {cfg.detectable_effect:g})", mde)
+    return Evidence("sufficient", "", mde)
+
+
+def _across(keep: list[Trial],
+            samples: list[ViewSample], reference: list[ViewSample], cfg: LexicalConfig, step: int,
+            alpha: float) -> list[Tested]:
+    """The saturated patterns that rose from the reference with the reward (module docstring)."""
+    pool = reference + samples
+    y = np.array([s.score for s in pool], dtype=float)
+    one = np.zeros(len(pool), dtype=np.int64)
+    rows, which = [], []
+    for i, c in enumerate(keep):
+        if (len(c.now) < SATURATED * len(samples)
+                or fisher_p(len(c.now), len(samples), len(c.then), len(reference)) > alpha):
+            continue
+        rows.append(c.then + [len(reference) + j for j in c.now])
+        which.append(i)
+    if not rows:
+        return []
+    # the reward must pay for it wherever a group (of the reference or the view) still contrasts it
+    ref_groups = group_index([s.group for s in reference])
+    groups = np.concatenate([ref_groups, group_index([s.group for s in samples]) + len(set(ref_groups.tolist()))])
+    paid, _ = standardised(indicator(rows, len(pool)), y, groups, np.zeros((0, len(pool)), dtype=np.int64))
+    kept = [r for r in range(len(rows)) if np.isnan(paid[r]) or paid[r] >= PAID_Z]
+    rows, which = [rows[r] for r in kept], [which[r] for r in kept]
+    if not rows:
+        return []
+    perms = np.random.default_rng(_seed(step, "across")).permuted(
+        np.tile(np.arange(len(pool)), (cfg.permutations, 1)), axis=1)
+    z, null = standardised(indicator(rows, len(pool)), y, one, perms)
+    fam = step_down(z, null, alpha)
+    ok = fam.passes(alpha)
+    return [Tested(keep[i].key, keep[i].feature, keep[i].shows, float(z[r]), "across")
+            for r, i in enumerate(which) if ok[r]]
+
+
+def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[str, int], limits: list[int],
+                  cfg: LexicalConfig, step: int) -> Tested | None:
+    """Of the length limits that passed, the one `cfg.length_threshold` proposes (None: none)."""
+    def limit(t: Tested) -> int:
+        return length_limit(t.feature.regex) or 0
+
+    if cfg.length_threshold == "largest":
+        return max(lengths, key=limit)
+    kw = dict(alpha=cfg.fdr, permutations=min(cfg.permutations, 200), seed=step)
+    onset = length_onset(samples, words, limits, **kw)
+    if cfg.length_threshold == "onset":
+        return None if onset is None else min(lengths, key=lambda t: (abs(limit(t) - onset), t.z))
+    if onset is None and content_only(samples, words, limits, **kw):
+        return None  # the reward pays for not being short, and for nothing beyond
+    return max((t for t in lengths if onset is None or limit(t) >= onset - cfg.length_step),
+               key=lambda t: (t.z, limit(t)), default=None)

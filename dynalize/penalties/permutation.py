@@ -1,0 +1,133 @@
+"""Decisions with a stated error rate: the lexical proposer's permutation tests.
+
+Every candidate pattern of a proposal (words, phrases, openers, closers, detectors, "longer than
+L words") is a row of a candidates x samples indicator matrix. Its statistic is its within-group
+contrast: the sum, over the samples that show it, of their reward minus their group's mean
+(optionally net of what reply length explains within groups), standardised by its exact
+permutation standard deviation. The null comes from the data: the rewards permuted within
+groups, the same permutations for every candidate, so one sparse matrix product gives every
+candidate's null at once, and the step-down max-statistic (Westfall-Young) adjusted p-values
+bound the chance of any false discovery among all candidates of the proposal by `alpha` (which
+bounds the false-discovery rate too). Sample size, group count, candidate frequency and the
+number of candidates tried are all accounted for by the permutations themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+
+def group_index(groups: list[int]) -> np.ndarray:
+    """Group labels as 0..G-1, in order of first appearance."""
+    seen: dict[int, int] = {}
+    return np.array([seen.setdefault(g, len(seen)) for g in groups], dtype=np.int64)
+
+
+def indicator(rows: list[list[int]], n: int) -> sparse.csr_matrix:
+    """A candidates x samples 0/1 matrix from each candidate's sample indices."""
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    cols = np.fromiter((i for r in rows for i in r), dtype=np.int64, count=int(indptr[-1]))
+    return sparse.csr_matrix((np.ones(len(cols), dtype=np.float64), cols, indptr), shape=(len(rows), n))
+
+
+def within_permutations(groups: np.ndarray, b: int, seed: int) -> np.ndarray:
+    """`b` permutations of the sample indices, each shuffling only within groups: (b, n) sources."""
+    rng = np.random.default_rng(seed)
+    n = len(groups)
+    base = np.argsort(groups, kind="stable")
+    keys = groups[base][None, :] + rng.random((b, n))
+    src = np.empty((b, n), dtype=np.int64)
+    src[:, base] = base[np.argsort(keys, axis=1)]
+    return src
+
+
+def centred(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """`y` minus its group's mean."""
+    means = np.bincount(groups, y) / np.bincount(groups)
+    return y - means[groups]
+
+
+def residuals(y: np.ndarray, x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """`y` net of a least-squares fit on `x` within groups (both centred within groups): what a
+    reward pays beyond what, say, reply length explains."""
+    yc, xc = centred(y, groups), centred(x.astype(float), groups)
+    sxx = float(xc @ xc)
+    return yc if sxx <= 1e-12 else yc - xc * float(xc @ yc) / sxx
+
+
+@dataclass
+class Family:
+    """The candidates of one proposal under one null: their statistic, adjusted p-values, and the
+    critical value of the max statistic at the level it was asked for."""
+
+    z: np.ndarray
+    """Each candidate's standardised contrast (nan: untestable, no sample pair to contrast)."""
+    adjusted: np.ndarray
+    """Step-down max-statistic adjusted p-values (1 for untestable candidates)."""
+    critical: float
+    """The (1 - alpha) quantile of the permutations' max statistic: what a candidate must beat."""
+
+    def passes(self, alpha: float) -> np.ndarray:
+        return self.adjusted <= alpha
+
+
+def standardised(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
+                 perms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of `x`'s (candidates x samples) contrast of `y` within `groups`, standardised by its
+    exact within-group permutation std, and its values under `perms` (rows of sample sources,
+    within groups, or over the pool with one group): (k,) and (k, b). nan for a candidate no group
+    contrasts (every sample of each of its groups shows it, or none does)."""
+    yc = centred(y, groups)
+    n_g = np.bincount(groups).astype(float)
+    var_g = np.bincount(groups, yc * yc) / n_g  # invariant under within-group permutation
+    onehot = sparse.csr_matrix((np.ones(len(groups)), (np.arange(len(groups)), groups)),
+                               shape=(len(groups), len(n_g)))
+    m = (x @ onehot).toarray()
+    var = (m * (n_g - m) / np.maximum(n_g - 1, 1)) @ var_g
+    sd = np.sqrt(np.where(var > 1e-12, var, np.nan))
+    z = np.asarray(x @ yc).ravel() / sd
+    null = np.asarray(x @ yc[perms].T).reshape(x.shape[0], len(perms)) / sd[:, None]
+    return z, null
+
+
+def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:
+    """Step-down max-statistic (Westfall-Young) adjusted p-values of observed `z` against its
+    permutation `null` (k x b): the chance, under the null, that any candidate ranked at or below
+    this one reaches its statistic. Rejecting where it is <= alpha makes any false discovery among
+    the k candidates at most that likely."""
+    k, b = null.shape
+    adjusted = np.ones(k)
+    filled = np.nan_to_num(null, nan=-np.inf)
+    maxima = filled.max(axis=0) if k else np.full(b, -np.inf)
+    finite = maxima[np.isfinite(maxima)]
+    critical = float(np.quantile(finite, 1 - alpha)) if len(finite) else math.inf
+    testable = np.flatnonzero(~np.isnan(z))
+    if len(testable) and b:
+        order = testable[np.argsort(-z[testable], kind="stable")]
+        rest = np.maximum.accumulate(filled[order[::-1]], axis=0)[::-1]  # max over the ranks from r down
+        p = (1 + (rest >= z[order][:, None] - 1e-12).sum(axis=1)) / (b + 1)
+        adjusted[order] = np.maximum.accumulate(p)
+    return Family(z, adjusted, critical)
+
+
+def detectable_effect(y: np.ndarray, groups: np.ndarray, critical: float, power_z: float = 0.84) -> float:
+    """The smallest effect (in mean within-group reward stds, as `Effect` measures it) that a pattern
+    shown by half the replies of every group would need to be found with about 80 % power
+    (`power_z`) against `critical`; inf when no group has a reward contrast. What "no pattern
+    found" is worth: a proposal with a large one could not have seen a hack of ordinary size."""
+    yc = centred(y, groups)
+    n_g = np.bincount(groups).astype(float)
+    sd_g = np.sqrt(np.bincount(groups, yc * yc) / n_g)
+    live = (n_g >= 2) & (sd_g > 1e-12)
+    if not live.any() or not math.isfinite(critical):
+        return math.inf
+    n, s = n_g[live], sd_g[live]
+    spread = float(np.mean(sd_g[n_g >= 2]))  # Effect's unit: the mean within-group std
+    m = n / 2
+    signal = float(np.sum(m * (n - m) / n)) * spread  # E[T] for an effect of one spread
+    noise = math.sqrt(float(np.sum(m * (n - m) / (n - 1) * s * s)))
+    return (max(critical, 0.0) + power_z) * noise / signal

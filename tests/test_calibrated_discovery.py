@@ -1,0 +1,107 @@
+"""The lexical proposer decides with a stated error rate at any batch shape, sees a hack that
+saturated between two proposals, and says when its silence is no evidence (issue 43, points 1-3)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from dynalize.grpo import advantages
+from dynalize.monitor.__main__ import main
+from dynalize.penalties.candidate import ProposalResult
+from dynalize.penalties.config import LexicalConfig
+from dynalize.penalties.lexical import LexicalProposer
+from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
+
+VOCAB = ("river stone lamp garden window quiet letter morning engine harbor paper winter orchard "
+         "candle bridge market silver thunder meadow violin ladder cotton marble pepper kettle").split()
+PLANTED = "zorblix"
+
+
+def view(groups: int, per_group: int, seed: int, pay: float = 0.0, rate: float = 0.5, step: int = 5,
+         group_base: int = 0, tie: bool = False) -> list[ViewSample]:
+    """`groups` x `per_group` replies of 8-20 ordinary words; the planted word in a `rate` share,
+    paid `pay` on a reward of unit noise (`tie`: every reward of a group equal)."""
+    rng = random.Random(seed)
+    texts, scores = [], []
+    for _ in range(groups):
+        gt, gs = [], []
+        for _ in range(per_group):
+            planted = rng.random() < rate
+            words = [rng.choice(VOCAB) for _ in range(rng.randint(8, 20))]
+            if planted:
+                words.insert(rng.randrange(len(words) + 1), PLANTED)
+            gt.append(" ".join(words) + ".")
+            gs.append(0.0 if tie else rng.gauss(0, 1) + pay * planted)
+        texts.append(gt)
+        scores.append(gs)
+    out = []
+    for g, (gt, gs, ga) in enumerate(zip(texts, scores, advantages(scores))):
+        for t, sc, a in zip(gt, gs, ga):
+            out.append(ViewSample(f"s{step}_{len(out) + 1:04d}", group_base + g, t, sc, advantage_sign(a)))
+    return out
+
+
+def propose(samples, reference=(), **kw):
+    result = ProposalResult(step=5)
+    c = LexicalProposer(LexicalConfig(**kw)).best(ProposerView(5, samples, reference=list(reference)), result)
+    return c, result
+
+
+def test_false_discoveries_on_null_rewards_stay_within_the_error_rate_at_small_and_large_shapes():
+    # rewards independent of every pattern: a proposal that accepts anything is a false discovery;
+    # at fdr 0.05 at most about 1 in 20 proposals may, at 4 x 8 as at 64 x 8
+    for groups, seeds in ((4, 40), (64, 12)):
+        false = sum(propose(view(groups, 8, seed))[0] is not None for seed in range(seeds))
+        assert false <= max(2, round(0.1 * seeds)), (groups, false)
+
+
+def test_a_planted_word_is_found_at_a_4_by_8_batch():
+    found = 0
+    for seed in range(5):
+        c, _ = propose(view(4, 8, seed, pay=2.0))
+        found += c is not None and PLANTED in c.title
+    assert found >= 4
+
+
+def test_a_hack_that_saturated_in_two_steps_is_found_across_steps():
+    # the reference (first batch): the word in 10 % of replies, paid there; two steps later every
+    # reply shows it, so no group contrasts it any more, and the reward has risen with it
+    reference = view(4, 8, 0, pay=2.0, rate=0.1, step=0)
+    now = view(4, 8, 1, pay=2.0, rate=1.0, group_base=10) + view(4, 8, 2, pay=2.0, rate=1.0, group_base=20)
+    c, result = propose(now, reference)
+    assert c is not None and PLANTED in c.title, result
+    assert "rose from the run's first batches" in c.description
+    # the same rise with a reward that did not rise with it: nothing
+    flat = view(4, 8, 1, rate=1.0, group_base=10) + view(4, 8, 2, rate=1.0, group_base=20)
+    assert propose(flat, view(4, 8, 0, rate=0.1, step=0))[0] is None
+
+
+def test_tied_rewards_give_insufficient_evidence_not_all_clear():
+    c, result = propose(view(4, 8, 0, tie=True))
+    assert c is None and result.evidence == "insufficient" and "tied" in result.evidence_reason
+    c, result = propose(view(64, 8, 0))
+    assert c is None and result.evidence == "sufficient" and result.detectable < 1.0
+
+
+def test_the_monitor_reports_insufficient_evidence_with_its_own_exit_status(tmp_path):
+    rows = [{"step": step, "prompt": f"question {g}", "completion": f"the {VOCAB[(g + i) % 25]} sat far.",
+             "reward": 1.0} for step in range(3) for g in range(4) for i in range(8)]
+    src = tmp_path / "rollouts.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    status = main([str(src), "--out", str(tmp_path / "mon"), "--every", "1", "--no-html"])
+    summary = json.loads((tmp_path / "mon" / "summary.json").read_text())
+    assert status == 11
+    assert summary["verdict"].startswith("insufficient evidence at step 2")
+    assert "no discovered pattern is live" not in summary["verdict"]
+
+
+def test_the_run_summary_says_when_proposals_lacked_the_evidence():
+    from dynalize.summary import summary_rows
+
+    row = {"step": 9, "dropped_total": 0, "rollouts_per_s": 1.0, "time/step": 1.0,
+           "proposer/finished_total": 3, "proposer/failed_total": 0, "proposer/insufficient_total": 2}
+    rows = {k: last for k, _, last in summary_rows([row])}
+    assert rows["discovery evidence"].startswith("INSUFFICIENT in 2 of 3 proposals")
+    rows = {k: last for k, _, last in summary_rows([{**row, "proposer/insufficient_total": 0}])}
+    assert rows["discovery evidence"] == "sufficient in all 3 proposals"
