@@ -99,3 +99,24 @@ def test_what_the_docs_say_of_trls_defaults_is_trls_default():
         assert claims, f"{doc.name} no longer says what TRL's disable_dropout default is"
         for said in claims:
             assert (said[0] or said[1]) in (("true", "on") if default else ("false", "off")), (doc.name, said)
+
+
+SANDBOX_CONFIGS = {"single-turn": "sandbox_dynalize.yaml", "multi-turn": "sandbox_multiturn_dynalize.yaml",
+                   "learned-RM": "sandbox_learned_dynalize.yaml"}
+
+
+def lexical_setting(config: Path, key: str):
+    lexical = (((yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("penalties") or {})
+               .get("proposer") or {}).get("lexical") or {}
+    return lexical.get(key)
+
+
+def test_the_sandboxes_docs_say_turn_a_lexical_setting_on_are_those_whose_configs_do():
+    """"`x` (off by default; on in the single-turn and multi-turn sandboxes)" names exactly the
+    shipped sandbox configs that set x to true."""
+    claims = re.findall(r"`([a-z_]+)` \(off by default; on in the ([A-Za-z, -]+?) sandboxes\)", flat(REPO / "docs" / "penalties.md"))
+    assert claims, "docs/penalties.md no longer says which sandboxes turn a setting on"
+    for key, where in claims:
+        named = {w.strip() for w in re.split(r",| and ", where) if w.strip()}
+        on = {name for name, file in SANDBOX_CONFIGS.items() if lexical_setting(REPO / "configs" / file, key) is True}
+        assert named == on, (key, named, on)
