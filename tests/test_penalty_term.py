@@ -251,6 +251,32 @@ def test_lexical_end_to_end_penalises_the_hack():
     assert [e["event"] for e in events] == ["add", "stats"] and events[0]["proposed_at"] == 0
 
 
+def test_lexical_defaults_read_whole_groups_and_find_the_hack():
+    # PenaltiesConfig's view defaults: the lexical proposer reads whole groups (16 x 2 found nothing here)
+    eng = build_penalty_term(PenaltiesConfig(enabled=True, every=1), domain="toy", seed=3)
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            b0 = hacked_batch(0)
+            await score(eng, b0)
+            eng.observe(b0, tg)
+        await score(eng, hacked_batch(1))
+
+    anyio.run(main)
+    assert [p.title for p in eng.buffer.active()] == ['Replies open with "Zounds,"']
+
+
+def test_view_defaults_are_the_proposers_own():
+    chat = {"engine": "scripted", "path": "tests.nowhere:replies"}
+    lexical, llm = PenaltiesConfig(every=4), PenaltiesConfig.model_validate({"every": 4, "proposer": {"engine": "llm", "chat": chat}})
+    assert lexical.view_shape() == (64, 64, 4)  # whole groups of every batch since the previous proposal
+    assert llm.view_shape() == (16, 2, 1)  # the LLM's prompt: 16 groups x 2 of the proposal's batch
+    set_ = PenaltiesConfig(view_groups=8, view_per_group=3, view_steps=2, proposer={"engine": "llm", "chat": chat})
+    assert set_.view_shape() == (8, 3, 2)
+    assert PenaltiesConfig(view_steps="None").view_steps is None  # `--set penalties.view_steps=None`
+    assert term(FakeProposer(), RegexJudge(), every=3).recent.maxlen == 3
+
+
 def test_state_dict_round_trip_keeps_pending_proposal():
     eng = term(FakeProposer(), RegexJudge(), every=1)
     eng.buffer.add(candidate("Old", r"\bold\b"), step=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..backends.config import ChatModelConfig
 from ..judge.config import JudgeConfig
@@ -136,12 +136,31 @@ class PenaltiesConfig(_Section):
     """λ: reward = RM − λ · violations."""
     every: int = Field(5, ge=1)
     """Start a proposal every this many steps (steps where step % every == 0)."""
-    view_groups: int = Field(16, ge=1)
-    """Groups sampled into the proposer's view."""
-    view_per_group: int = Field(2, ge=1)
-    """Rollouts sampled from each of those groups."""
-    view_steps: int = Field(1, ge=1)
-    """The proposer reads the samples of this many latest batches, pooled (1: the proposal step's batch)."""
+    view_groups: int | None = Field(None, ge=1)
+    """Groups sampled into the proposer's view. None (the default): the proposer's own, `view_shape`:
+    64 for the lexical proposer (its permutation tests need the counts: on the discovery benchmark,
+    benchmarks/discovery.py, a view of 16 groups x 2 rollouts of one batch found 4 of 35 planted
+    shortcuts), 16 for an LLM (the rollouts it reads in its prompt)."""
+    view_per_group: int | None = Field(None, ge=1)
+    """Rollouts sampled from each of those groups. None (the default): 64 for the lexical proposer
+    (whole groups: the rewards are permuted within them), 2 for an LLM."""
+    view_steps: int | None = Field(None, ge=1)
+    """The proposer reads the samples of this many latest batches, pooled (1: the proposal step's
+    batch). None (the default): `every` for the lexical proposer (every rollout since the previous
+    proposal), 1 for an LLM."""
+
+    @field_validator("view_groups", "view_per_group", "view_steps", mode="before")
+    @classmethod
+    def _none_text(cls, v: object) -> object:
+        """`--set penalties.view_steps=None` (YAML reads it as text) means the default, as `null` does."""
+        return None if v == "None" else v
+
+    def view_shape(self) -> tuple[int, int, int]:
+        """(groups, rollouts per group, batches) of the proposer's view: the fields, or where None the
+        proposer's own defaults (lexical: 64, 64, `every`; LLM: 16, 2, 1)."""
+        lexical = self.proposer.engine == "lexical"
+        return (self.view_groups or (64 if lexical else 16), self.view_per_group or (64 if lexical else 2),
+                self.view_steps or (self.every if lexical else 1))
     reference_steps: int = Field(1, ge=1)
     """The rising test's reference (`proposer.lexical.drift_p_value`): the samples of the run's
     first this many batches, pooled (1: the first batch). As many as `view_steps` compares two

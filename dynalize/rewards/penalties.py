@@ -68,7 +68,8 @@ class PenaltyTerm(RewardTerm):
         self.proposer, self.judge = proposer, judge
         self.buffer = buffer if buffer is not None else PenaltyBuffer()
         self.seed, self.domain = seed, domain
-        self.recent: deque[ProposerView] = deque(maxlen=cfg.view_steps)  # views of the latest batches
+        self.view_groups, self.view_per_group, view_steps = cfg.view_shape()
+        self.recent: deque[ProposerView] = deque(maxlen=view_steps)  # views of the latest batches
         self.reference: list[ViewSample] = []  # the views of the run's first `reference_steps` batches, pooled
         self._reference_batches = 0
         self.in_flight = False
@@ -140,7 +141,7 @@ class PenaltyTerm(RewardTerm):
         before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
         own = [[reply_scores(r, b) for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
         latest = build_view(batch, before, grpo.advantages(before), seed=self.seed, step=batch.step,
-                            groups=self.cfg.view_groups, per_group=self.cfg.view_per_group, reply_scores=own)
+                            groups=self.view_groups, per_group=self.view_per_group, reply_scores=own)
         if self._reference_batches < self.cfg.reference_steps:
             self.reference = self.reference + latest.samples
             self._reference_batches += 1
