@@ -412,7 +412,8 @@ def test_explained_away_even_when_the_active_penalty_is_everywhere():
     v.active = [QUESTION]
     # the old gate: a penalty matching 85 % of all replies cannot be 1.5x more common among the
     # tic's positives, so the tic (which only ever ends a question) was proposed
-    assert "vorbly" in best(v, **COMMON).accepted.title
+    assert "vorbly" in best(v, **COMMON, explain_lift=1.5, explain_within=False).accepted.title
+    assert best(v, **COMMON).accepted is None  # the defaults: lift 1, both sides of the penalty
     # lift 1: it is checked, and among questions (and outside them) the tic earns nothing
     for within in (False, True):
         result = best(v, **COMMON, explain_lift=1.0, explain_within=within)

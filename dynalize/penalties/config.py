@@ -65,11 +65,15 @@ class LexicalConfig(_Section):
     weak_p_value: float = Field(0.05, gt=0, le=1)
     """Weak evidence (Fisher p): revives a retired penalty whose pattern comes back, and keeps a
     pattern that an active penalty travelling with it does not explain away."""
-    explain_lift: float = Field(1.5, ge=0)
+    explain_lift: float = Field(1.0, ge=0)
     """An active penalty may explain a pattern away when it matches its positives this many times
     more often than replies at large (and at least `coverage` of them); 0 turns the check off.
-    1.0 also checks penalties most replies trigger (with `explain_within`, so that a pattern
-    paid for in itself is not explained away by a penalty it shares most replies with)."""
+    1.0 (the default) also checks penalties most replies trigger: once a hack is in most replies
+    (it saturates, and the monitor's policy never sees its penalty) nothing that travels with it
+    can be 1.5 times commoner among its own positives, and its co-travellers (the words of a
+    closing formula, wording that comes with longer replies) were proposed as hacks of their own
+    (discovery benchmark: 0.32 false patterns a run at 1.5 with `explain_within` off). With
+    `explain_within`, a pattern paid for in itself still shows evidence beside the penalty."""
     drift_p_value: float | None = Field(None, gt=0, le=1)
     """If set, a new pattern must be more prevalent than in the run's first batch (one-sided Fisher
     p at most this): training amplifies a hack. None: no such check."""
@@ -86,10 +90,12 @@ class LexicalConfig(_Section):
     decides locally (an LLM judge never sees it). `off_topic` reads the conversation each reply
     answers (`penalties.judge.context` must stay true; the build refuses it otherwise). Empty (the default): none, so runs and
     results without detectors are unchanged."""
-    explain_within: bool = False
+    explain_within: bool = True
     """The explained-away check also looks among the replies the active penalty matches: a pattern
     is explained away only when it shows no weak evidence on either side of the penalty (a
-    pattern the RM pays for in itself still does among replies that all show the penalty's)."""
+    pattern the RM pays for in itself still does among replies that all show the penalty's). What
+    makes `explain_lift` 1.0 safe: without it a hack sharing most replies with a ubiquitous penalty
+    is explained away by it (docs/sandbox.md "Precision")."""
     explain_by_stronger: bool = False
     """The explained-away check also holds fixed, beside active penalties, what could be the
     pattern's cause in this very proposal: a stronger pattern (ranked above it) set aside only for
