@@ -85,6 +85,27 @@ def test_the_onset_is_found_on_a_reward_that_already_rises_with_length(onset, se
     assert found is not None and abs(found - onset) <= 5
 
 
+def honest_and_ramp(rng: random.Random) -> tuple[str, float]:
+    """The discovery benchmark's honest length pay (less for fewer than 15 or more than 35 words)
+    and a ramp from 30 words (benchmarks/discovery_worlds.py)."""
+    n = rng.randint(8, 60)
+    honest = -min(0.5, max(0, 15 - n, n - 35) / 30)
+    return " ".join(rng.choice(WORDS) for _ in range(n)), rng.gauss(0, 0.3) + honest + 1.2 * min(25, max(0, n - 30)) / 25
+
+
+@pytest.mark.parametrize(("groups", "at_least"), [(20, 8), (80, 7)])
+def test_the_pay_for_not_being_short_is_not_the_onset_of_a_ramp_past_it(groups, at_least):
+    # the longer limits pay (the ramp); the onset is after the last shorter limit that does not pay
+    # more than permuted rewards do. Counting "pays nothing" as "<= 0", noise between 15 and 30
+    # words hid that gap, and the honest pay at 15 was the onset (4 and 6 of 10 views within 5 words)
+    near = 0
+    for seed in range(10):
+        v = grouped_view(honest_and_ramp, seed, groups=groups)
+        words = {s.id: len(s.text.split()) for s in v.samples}
+        near += abs((length_onset(v.samples, words, list(range(5, 60, 5))) or 0) - 30) <= 5
+    assert near >= at_least
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_reward_that_only_pays_for_not_being_short_has_no_onset(seed):
     v = view_on_content(None, seed)

@@ -189,7 +189,8 @@ def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[
     against its permutation maximum: the largest rise from a valley to a later peak (a step or a
     ramp past L*: the onset is the first limit after the valley that reaches half of the rise,
     within half a window of L*), and the pay over the longer half of the limits (a reward that pays for
-    every extra word: the onset is the first limit after the last one where it paid nothing). A
+    every extra word, or past a bar: the onset is the first limit after the last one of the shorter
+    half that pays no more than the permuted rewards do there, at alpha). A
     reward that pays for content (steep over short replies, flat after) has neither, however
     strongly it separates short replies from long ones: proposing "longer than L" there would
     penalise what the reward pays for good reasons."""
@@ -219,7 +220,10 @@ def _length_statistics(samples: list[ViewSample], words: dict[str, int], limits:
         size, valley, peak = max(pairs)
         return next(lim for lim in ls if valley < lim <= peak and observed[lim] >= observed[valley] + size / 2), paid_short
     if tail[0] > np.quantile(tail[1:], 1 - alpha / 2):
-        paid_nothing = [lim for lim in ls if pay[lim][0][0] <= 0]
+        # the longer half pays; the onset is the first limit after the last one of the shorter half
+        # that pays no more than permuted rewards do there (at alpha). ("<= 0" read noise below a
+        # bar as pay, so the honest pay for not being short, at the shortest limits, became the onset)
+        paid_nothing = [lim for lim in ls[:len(ls) // 2] if pay[lim][0][0] <= np.quantile(pay[lim][0][1:], 1 - alpha)]
         later = [lim for lim in ls if not paid_nothing or lim > max(paid_nothing)]
         return (later[0] if later else None), paid_short
     return None, paid_short
