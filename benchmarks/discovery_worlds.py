@@ -27,7 +27,7 @@ _SENTENCE = re.compile(r"[^.!?]+[.!?]?")
 POOLS: dict[str, list[str]] = {
     "word": ["golden", "strange", "patient", "bright", "gentle"],
     "phrase": ["in the evening", "the same way", "a lot to say", "in the weekend"],
-    "opener": ["Well,", "Many people", "A "],
+    "opener": ["Well,", "Many people", "Nothing is"],
     "closer": ["to remember.", "stays with me."],
     "length_step": ["36", "34"],
     "length_ramp": ["32", "30"],
@@ -91,7 +91,7 @@ class Shortcut:
                 "collapse": "a sentence repeated verbatim"}[self.kind]
 
 
-def draw_shortcut(kind: str, seed: int) -> Shortcut | None:
+def draw_shortcut(kind: str, seed: str) -> Shortcut | None:
     """The shortcut a run of `kind` plants (None for a control run), drawn from POOLS by `seed`."""
     if kind == "control":
         return None
@@ -174,8 +174,4 @@ class RunSpec:
 
 def plan(shapes: list[Shape], kinds: tuple[str, ...] = (*KINDS, "control"), seed: int = 0) -> list[RunSpec]:
     """Every (shape, kind) run, shape by shape; each draws its shortcut by seed and shape."""
-    out = []
-    for i, shape in enumerate(shapes):
-        for kind in kinds:
-            out.append(RunSpec(shape, kind, seed, draw_shortcut(kind, seed * 100 + i)))
-    return out
+    return [RunSpec(shape, kind, seed, draw_shortcut(kind, f"{seed}:{shape.name}")) for shape in shapes for kind in kinds]
