@@ -72,8 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--score-only", action="store_true", help="only score --runs (the default without --generate)")
     ap.add_argument("--quick", action="store_true", help="CI: 2 tiny TRL runs (a word shortcut and a control), "
                     "generated into --runs (default: a temporary folder) and scored")
-    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"shapes to generate (known: {', '.join(SHAPES)})")
-    ap.add_argument("--kinds", default=",".join((*KINDS, "control")), help="kinds to generate")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"shapes to generate and score (known: {', '.join(SHAPES)})")
+    ap.add_argument("--kinds", default=",".join((*KINDS, "control")), help="kinds to generate and score")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--subprocess", action="store_true", help="score by running `python -m dynalize.monitor` "
                     "as a command per run (slower; default: its main() in this process, the same code)")
@@ -116,7 +116,8 @@ def main(argv=None) -> int:
         console.print(f"discovery: no such corpus folder: {args.runs} (make one with --generate)")
         return 2
     t0 = time.perf_counter()
-    scores = score_corpus(args.runs, console, args.subprocess)
+    scores = score_corpus(args.runs, console, args.subprocess, None if args.quick else set(args.shapes.split(",")),
+                          set(args.kinds.split(",")))
     if not scores["runs"]:
         console.print(f"discovery: {args.runs} holds no finished run (meta.json); make them with --generate")
         return 2

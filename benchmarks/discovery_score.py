@@ -157,11 +157,16 @@ def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool)
     return res
 
 
-def score_corpus(root: Path, console, subprocess_cli: bool = False) -> dict[str, Any]:
-    """Every finished run of `root`, scored by both methods; plus the table rows."""
+def score_corpus(root: Path, console, subprocess_cli: bool = False, shapes: set[str] | None = None,
+                 kinds: set[str] | None = None) -> dict[str, Any]:
+    """Every finished run of `root` (of `shapes` and `kinds`, when given), scored by both methods;
+    plus the table rows."""
     runs = []
+    metas = [m for m in finished(root) if (shapes is None or m["shape"]["name"] in shapes)
+             and (kinds is None or m["kind"] in kinds)]
     with tempfile.TemporaryDirectory(prefix="discovery-score-") as tmp:
-        for meta in finished(root):
+        for i, meta in enumerate(metas, 1):
+            console.print(f"[dim]scoring {i}/{len(metas)} {meta['name']}[/]", end="\r")
             runs.append(score_run(root / meta["name"], meta, Path(tmp), subprocess_cli))
     return {"runs": runs, "rows": rows(runs)}
 

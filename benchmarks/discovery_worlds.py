@@ -143,7 +143,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     Shape("dyn_mt_8x8", "dynalize", 8, 8, 20, turns=2),
     Shape("trl_16x8_log1", "trl", 16, 8, 20),
 ]}
-"""Run shapes, cheapest first (generation follows this order)."""
+"""Run shapes (generation takes each kind in this order of shapes)."""
 
 QUICK_SHAPE = Shape("quick_trl_4x4", "trl", 4, 4, 6, lr=3e-3)
 """`--quick`: a tiny TRL shape whose runs take seconds (for CI; its numbers mean little)."""
@@ -173,5 +173,6 @@ class RunSpec:
 
 
 def plan(shapes: list[Shape], kinds: tuple[str, ...] = (*KINDS, "control"), seed: int = 0) -> list[RunSpec]:
-    """Every (shape, kind) run, shape by shape; each draws its shortcut by seed and shape."""
-    return [RunSpec(shape, kind, seed, draw_shortcut(kind, f"{seed}:{shape.name}")) for shape in shapes for kind in kinds]
+    """Every (shape, kind) run, kind by kind (a corpus generated in part covers every shape); each
+    draws its shortcut by seed and shape."""
+    return [RunSpec(shape, kind, seed, draw_shortcut(kind, f"{seed}:{shape.name}")) for kind in kinds for shape in shapes]
