@@ -93,3 +93,13 @@ def test_quick_mode_trains_runs_and_prints_tables_from_them(tmp_path):
     word = next(r for r in scores["runs"] if r["kind"] == "word")
     assert rows[("kind", "word")]["found"] == int(word["monitor"]["detected"])
     assert f"{rows[('kind', 'word')]['found']}/1" in proc.stdout
+
+
+def test_a_missing_or_empty_corpus_is_one_line_and_exit_2(tmp_path):
+    env = os.environ | {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    script = str(ROOT / "benchmarks" / "discovery.py")
+    for where in (tmp_path / "absent", tmp_path):
+        proc = subprocess.run([sys.executable, script, "--runs", str(where)], capture_output=True, text=True, env=env)
+        assert proc.returncode == 2
+        assert len(proc.stdout.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "absent").exists()  # scoring writes nothing into the corpus
