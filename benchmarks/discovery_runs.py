@@ -53,7 +53,7 @@ def train_trl(spec: RunSpec, out: Path) -> Path:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     import dynalize.build  # noqa: F401  (registers the tasks' tiny models)
     from dynalize import tiny
@@ -73,17 +73,8 @@ def train_trl(spec: RunSpec, out: Path) -> Path:
     def shortcut(prompts, completions, **kw):
         return [spec.shortcut.bonus(c[-1]["content"]) for c in completions]
 
-    n = s.prompts * s.group
-    micro = min(16, n)
     work = out / "trl"
-    args = GRPOConfig(
-        output_dir=str(work), per_device_train_batch_size=micro, gradient_accumulation_steps=n // micro,
-        num_generations=s.group, max_completion_length=64, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
-        learning_rate=s.lr, lr_scheduler_type="constant", warmup_steps=0, max_steps=s.steps,
-        logging_steps=s.log_every, log_completions=True, num_completions_to_print=1, report_to=[],
-        save_strategy="no", use_cpu=True, bf16=False, fp16=False, disable_tqdm=True, seed=spec.seed,
-        shuffle_dataset=False, dataloader_num_workers=0,
-    )
+    args = trl_config(spec, work)
     funcs = [honest] + ([shortcut] if spec.shortcut else [])
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer)
@@ -91,7 +82,35 @@ def train_trl(spec: RunSpec, out: Path) -> Path:
     trainer.remove_callback(ProgressCallback)
     torch.manual_seed(spec.seed)
     trainer.train()
+    save_trl_args(args, work)
+    trainer.save_state()  # trainer_state.json: the log history names the reward functions
     return work
+
+
+def trl_config(spec: RunSpec, work: Path) -> Any:
+    """The run's GRPOConfig: the shape's batch (one generation per step), lr and logging cadence."""
+    from trl import GRPOConfig
+
+    s = spec.shape
+    n = s.prompts * s.group
+    micro = min(16, n)
+    return GRPOConfig(
+        output_dir=str(work), per_device_train_batch_size=micro, gradient_accumulation_steps=n // micro,
+        num_generations=s.group, max_completion_length=64, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
+        learning_rate=s.lr, lr_scheduler_type="constant", warmup_steps=0, max_steps=s.steps,
+        logging_steps=s.log_every, log_completions=True, num_completions_to_print=1, report_to=[],
+        save_strategy="no", use_cpu=True, bf16=False, fp16=False, disable_tqdm=True, seed=spec.seed,
+        shuffle_dataset=False, dataloader_num_workers=0,
+        reward_weights=[1.0] * (2 if spec.shortcut else 1),  # stated (the default, all 1), so the saved args say
+    )
+
+
+def save_trl_args(args: Any, work: Path) -> None:
+    """`training_args.bin` beside completions/, as the Trainer saves it with a model: what the
+    monitor reads the reward functions (and their weights) from."""
+    import torch
+
+    torch.save(args, work / "training_args.bin")
 
 
 def train_dynalize(spec: RunSpec, out: Path) -> Path:

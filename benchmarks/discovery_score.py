@@ -218,8 +218,13 @@ def print_tables(scores: dict[str, Any], console) -> None:
         cells = []
         for m in METHODS:
             x = r[m]
-            cells.append(f"{'found' if x['detected'] else '—'} @{x['detect_step']} +{x['false']} false" if x["detected"]
-                         else f"missed, {x['false']} false")
+            cells.append(f"REFUSED (exit {x['exit']})" if x["exit"] in (1, 2, 3) else
+                         f"found @{x['detect_step']} +{x['false']} false" if x["detected"] else f"missed, {x['false']} false")
         prev = "—" if r["prevalence_first"] is None else f"{r['prevalence_first']:.0%} → {r['prevalence_last']:.0%}"
         t.add_row(r["name"], r["shortcut"] or "(control)", prev, str(r["onset"]), *cells)
     console.print(t)
+    for m in METHODS:
+        refused = [r["name"] for r in scores["runs"] if r[m]["exit"] in (1, 2, 3)]
+        if refused:  # counted as missed above: say so, it is the input, not the discovery
+            console.print(f"[red]{m}: {len(refused)} run(s) exited 1-3 (refused or failed), counted as missed:[/] "
+                          + ", ".join(refused))
