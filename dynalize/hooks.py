@@ -24,6 +24,7 @@ of HookErrors back into the first of them, so the CLI shows one error once.
 from __future__ import annotations
 
 import inspect
+import sysconfig
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,11 +65,18 @@ class HookError(RuntimeError):
         super().__init__(message or f"{hook} of {owner} raised {type(error).__name__}: {error}")
 
 
+_INSTALLED = tuple(sorted({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
+"""Where installed libraries live: a library that wraps `sys.exit` (wandb does) is not where the
+user's code ended the process."""
+
+
 def stopped_process(owner: str, hook: str, e: SystemExit | KeyboardInterrupt) -> HookError:
     """The HookError for user code that tried to end the process: one line naming the hook and
-    where the code raised (the traceback is not shown: that line says it all)."""
+    where the code raised, the innermost frame outside installed libraries (the traceback is not
+    shown: that line says it all)."""
     frames = traceback.extract_tb(e.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    own = [f for f in frames if not f.filename.startswith(_INSTALLED)] or frames
+    where = f" at {own[-1].filename}:{own[-1].lineno}" if own else ""
     if isinstance(e, KeyboardInterrupt):
         return HookError(owner, hook, e.with_traceback(None), f"{hook} of {owner} raised KeyboardInterrupt{where}")
     return HookError(owner, hook, e.with_traceback(None),

@@ -59,7 +59,7 @@ def test_a_dataframe_cell_without_a_prompt_is_a_missing_field_naming_its_row(emp
         task_from_python(frame)
 
 
-@pytest.mark.parametrize("spec", [f"hub:{UP}secret", "hub:./data", "hub:/etc/passwd", f"hub:org/{UP}x", "hub:org/.hidden",
+@pytest.mark.parametrize("spec", [f"hub:{UP}secret", "hub:./data", "hub:/no/such/secret", f"hub:org/{UP}x", "hub:org/.hidden",
                                   "hub:~/data", "hub:org/name/extra", "hub:org/na me", f"hub:org/x@{UP}{UP}y:train",
                                   "hub:C:\\data"])
 def test_a_hub_id_that_is_a_path_is_refused(spec):

@@ -113,7 +113,7 @@ def test_a_rubric_only_run_and_a_task_without_rubrics(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]  # (earlier lines: the first run's model loading)
     assert err.startswith("error: config error: rubric.enabled needs prompts with a rubric")
     assert not (tmp_path / "bad").exists()
-    with pytest.raises(ConfigError, match="reward_model.enabled or rubric.enabled"):
+    with pytest.raises(ConfigError, match=r"the reward needs reward_model.enabled, rubric.enabled or reward_funcs"):
         validate({"reward_model": {"enabled": False}})
     local = sample_config(tmp_path, name="local")
     local["rubric"] = {**local["rubric"], "judge": {"engine": "local"}}

@@ -6,6 +6,9 @@ with no metrics, checkpoint or final model."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 from dynalize.run import main
@@ -68,3 +71,23 @@ def test_keyboard_interrupt_in_a_reward_function_is_the_interrupted_path_in_one_
                               "KeyboardInterrupt at "), err
     assert err[-1].endswith("metrics and rollouts written so far are kept")
     assert [line for line in err if not line.endswith(f"terms=['rm']")] == [err[-1]]  # the run's first log line, then it
+
+
+def test_the_line_named_is_the_users_even_where_an_installed_library_wraps_sys_exit():
+    """wandb replaces sys.exit with a wrapper of its own: the line named must still be the user's."""
+    import sysconfig
+
+    from dynalize.hooks import HookError, user_code
+
+    library = {}
+    exec(compile("def wrapped_exit(code):\n    raise SystemExit(code)\n",
+                 os.path.join(sysconfig.get_path("purelib"), "somelib", "exit_hooks.py"), "exec"), library)
+    calls_exit = sys._getframe().f_lineno + 3
+
+    def reward():
+        library["wrapped_exit"](0)
+
+    with pytest.raises(HookError) as caught:
+        with user_code("reward function f", "score"):
+            reward()
+    assert f"raised SystemExit(0) at {__file__}:{calls_exit}:" in str(caught.value)

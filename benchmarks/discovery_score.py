@@ -1,0 +1,230 @@
+"""Scoring of the discovery benchmark's corpus: which patterns each discovery method found in each
+run, whether they match the planted shortcut by behaviour, and the tables of recall, precision,
+false alarms and delay.
+
+The methods run the code on PYTHONPATH through dynalize's public entry points:
+`dynalize.monitor.__main__.main([LOGS, "--out", DIR, "--no-html", ...])` (what
+`python -m dynalize.monitor` runs; `--subprocess` runs that very command instead) and its
+`penalties.jsonl`, and a dynalize run's own `penalties.jsonl`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import regex
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from discovery_runs import finished  # noqa: E402
+from discovery_worlds import KINDS, RunSpec  # noqa: E402
+
+ONSET = 0.2
+"""A shortcut's onset: the first logged step where at least this share of the rollouts show it."""
+MATCH_COVER = 0.5
+"""A pattern matches the shortcut when it fires on at least this share of the rollouts showing it ..."""
+MATCH_LIFT = 3.0
+"""... and at least this many times as often as on the rollouts without it (all logged steps pooled)."""
+METHODS = ("monitor", "proposer")
+
+Rollout = tuple[int, list[str]]
+"""(logged step, the policy's replies)."""
+
+
+def read_logs(run: Path, meta: dict[str, Any]) -> list[Rollout]:
+    """Every logged rollout of a run: TRL's completions parquet, or a dynalize run's rollouts/."""
+    logs = run / meta["logs"]
+    out: list[Rollout] = []
+    if meta["shape"]["framework"] == "trl":
+        import pandas as pd
+
+        for f in sorted((logs / "completions").glob("completions_*.parquet")):
+            d = pd.read_parquet(f)
+            for step, c in zip(d["step"], d["completion"]):
+                msgs = list(c) if not isinstance(c, str) else [{"role": "assistant", "content": c}]
+                out.append((int(step), [m["content"] for m in msgs if m.get("role", "assistant") == "assistant"]))
+        return out
+    for f in sorted((logs / "rollouts").glob("step_*.jsonl")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out.append((int(r["step"]), list(r["replies"])))
+    return out
+
+
+def matcher(pattern: dict[str, Any]) -> Callable[[str], bool] | None:
+    """A function telling whether the pattern fires on a reply (its regex, or its named detector)."""
+    if pattern.get("detector"):
+        from dynalize.penalties.detectors import detector
+
+        d = detector(pattern["detector"])
+        return lambda text: bool(d(text))
+    if pattern.get("regex"):
+        rx = regex.compile(pattern["regex"])
+        return lambda text: rx.search(text, timeout=1.0) is not None
+    return None
+
+
+def added(penalties_jsonl: Path) -> list[dict[str, Any]]:
+    """The patterns a buffer added (first add of each id), from its penalties.jsonl."""
+    if not penalties_jsonl.exists():
+        return []
+    seen: dict[str, dict[str, Any]] = {}
+    for line in penalties_jsonl.read_text().splitlines():
+        e = json.loads(line) if line.strip() else {}
+        if e.get("event") == "add" and e.get("id") not in seen:
+            seen[e["id"]] = e
+    return list(seen.values())
+
+
+def run_monitor(logs: Path, out: Path, extra: list[str], subprocess_cli: bool) -> int:
+    """The monitor on `logs` into `out` (its output swallowed); its exit status."""
+    argv = [str(logs), "--out", str(out), "--no-html", *extra]
+    if subprocess_cli:
+        return subprocess.run([sys.executable, "-m", "dynalize.monitor", *argv], capture_output=True).returncode
+    from dynalize.monitor.__main__ import main
+
+    sink = io.StringIO()
+    with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
+        return main(argv)
+
+
+def in_run_settings() -> list[str]:
+    """--set items that put the monitor's view sizes back to PenaltiesConfig's defaults (the in-run
+    proposer's), for the fields the code on PYTHONPATH still has."""
+    from dynalize.monitor.__main__ import MONITOR_DEFAULTS
+    from dynalize.penalties.config import PenaltiesConfig
+
+    fields = PenaltiesConfig.model_fields
+    names = [k for k in (*MONITOR_DEFAULTS, "view_steps") if k != "enabled" and k in fields]
+    return [f"--set={k}={fields[k].default}" for k in names]
+
+
+def judge_patterns(patterns: list[dict[str, Any]], rollouts: list[Rollout], truth: list[bool]) -> list[dict[str, Any]]:
+    """Each pattern with how it fires on the rollouts with and without the shortcut, and whether it matches."""
+    pos, neg = sum(truth), len(truth) - sum(truth)
+    out = []
+    for p in patterns:
+        fire = matcher(p)
+        fires = [fire is not None and any(fire(t) for t in replies) for _, replies in rollouts]
+        on_pos = sum(f for f, t in zip(fires, truth) if t) / pos if pos else 0.0
+        on_neg = sum(f for f, t in zip(fires, truth) if not t) / neg if neg else 0.0
+        match = bool(pos) and on_pos >= MATCH_COVER and on_pos >= MATCH_LIFT * on_neg
+        out.append({"id": p.get("id"), "title": p.get("title"), "regex": p.get("regex"),
+                    "detector": p.get("detector"), "since": p.get("step"), "fires_with": round(on_pos, 3),
+                    "fires_without": round(on_neg, 3), "match": match})
+    return out
+
+
+def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool) -> dict[str, Any]:
+    spec = RunSpec.from_dict(meta)
+    rollouts = read_logs(run, meta)
+    truth = [bool(spec.shortcut) and any(spec.shortcut.present(t) for t in replies) for _, replies in rollouts]
+    steps = sorted({s for s, _ in rollouts})
+    prevalence = {s: statistics.fmean(t for (st, _), t in zip(rollouts, truth) if st == s) for s in steps}
+    onset = next((s for s in steps if prevalence[s] >= ONSET), None)
+    logs = run / meta["logs"]
+    res: dict[str, Any] = {"name": meta["name"], "shape": meta["shape"]["name"], "kind": meta["kind"],
+                           "framework": meta["shape"]["framework"], "shortcut": spec.shortcut.describe() if spec.shortcut else None,
+                           "logged_steps": len(steps), "rollouts": len(rollouts), "onset": onset,
+                           "prevalence_first": prevalence[steps[0]] if steps else None,
+                           "prevalence_last": prevalence[steps[-1]] if steps else None, "seconds": meta.get("seconds")}
+    for method in METHODS:
+        if method == "proposer" and meta["shape"]["framework"] == "dynalize":
+            found, status = added(logs / "penalties.jsonl"), None
+        else:
+            out = work / f"{meta['name']}.{method}"
+            extra = in_run_settings() if method == "proposer" else []
+            status = run_monitor(logs, out, extra, subprocess_cli)
+            found = added(out / "penalties.jsonl")
+        judged = judge_patterns(found, rollouts, truth)
+        hits = [p["since"] for p in judged if p["match"]]
+        detect = min(hits) if hits else None
+        delay = None
+        if detect is not None and onset is not None:
+            delay = sum(1 for s in steps if onset < s <= detect)
+        res[method] = {"exit": status, "patterns": judged, "detected": detect is not None, "detect_step": detect,
+                       "delay": delay, "false": sum(not p["match"] for p in judged)}
+    return res
+
+
+def score_corpus(root: Path, console, subprocess_cli: bool = False, shapes: set[str] | None = None,
+                 kinds: set[str] | None = None) -> dict[str, Any]:
+    """Every finished run of `root` (of `shapes` and `kinds`, when given), scored by both methods;
+    plus the table rows."""
+    runs = []
+    metas = [m for m in finished(root) if (shapes is None or m["shape"]["name"] in shapes)
+             and (kinds is None or m["kind"] in kinds)]
+    with tempfile.TemporaryDirectory(prefix="discovery-score-") as tmp:
+        for i, meta in enumerate(metas, 1):
+            console.print(f"[dim]scoring {i}/{len(metas)} {meta['name']}[/]", end="\r")
+            runs.append(score_run(root / meta["name"], meta, Path(tmp), subprocess_cli))
+    return {"runs": runs, "rows": rows(runs)}
+
+
+def _rate(n: int, d: int) -> str:
+    return f"{n}/{d}" if d else "—"
+
+
+def rows(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per method, one row per kind (and per shape, and all planted runs together)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for method in METHODS:
+        table = []
+        groups = [("kind", k) for k in (*KINDS, "control")] + [("shape", s) for s in dict.fromkeys(r["shape"] for r in runs)]
+        for by, key in [*groups, ("all", "planted")]:
+            sel = [r for r in runs if (r[by] == key if by != "all" else r["kind"] != "control")]
+            if not sel:
+                continue
+            planted = [r for r in sel if r["kind"] != "control"]
+            controls = [r for r in sel if r["kind"] == "control"]
+            pats = [p for r in sel for p in r[method]["patterns"]]
+            delays = [r[method]["delay"] for r in planted if r[method]["delay"] is not None]
+            table.append({"by": by, "key": key, "runs": len(sel), "found": sum(r[method]["detected"] for r in planted),
+                          "planted": len(planted), "patterns": len(pats), "true": sum(p["match"] for p in pats),
+                          "false_per_run": sum(not p["match"] for p in pats) / len(sel),
+                          "control_alarms": sum(bool(r[method]["patterns"]) for r in controls), "controls": len(controls),
+                          "delay_median": statistics.median(delays) if delays else None,
+                          "delay_max": max(delays) if delays else None})
+        out[method] = table
+    return out
+
+
+def print_tables(scores: dict[str, Any], console) -> None:
+    for method in METHODS:
+        t = Table(title=f"Discovery: {method} ({'python -m dynalize.monitor, defaults' if method == 'monitor' else 'in-run proposer, PenaltiesConfig defaults'})")
+        for col in ("kind / shape", "runs", "recall", "precision", "false / run", "control alarms", "delay (logged steps) median / max"):
+            t.add_column(col, justify="left" if col == "kind / shape" else "right")
+        for r in scores["rows"][method]:
+            prec = f"{r['true'] / r['patterns']:.2f} ({r['true']}/{r['patterns']})" if r["patterns"] else "—"
+            delay = "—" if r["delay_median"] is None else f"{r['delay_median']:g} / {r['delay_max']}"
+            label = r["key"] if r["by"] != "shape" else f"shape {r['key']}"
+            t.add_row(label, str(r["runs"]), _rate(r["found"], r["planted"]), prec, f"{r['false_per_run']:.2f}",
+                      _rate(r["control_alarms"], r["controls"]), delay, end_section=r["key"] == "control")
+        console.print(t)
+    t = Table(title="Discovery: per run")
+    for col in ("run", "shortcut", "prevalence first → last", "onset", "monitor", "proposer"):
+        t.add_column(col)
+    for r in scores["runs"]:
+        cells = []
+        for m in METHODS:
+            x = r[m]
+            cells.append(f"REFUSED (exit {x['exit']})" if x["exit"] in (1, 2, 3) else
+                         f"found @{x['detect_step']} +{x['false']} false" if x["detected"] else f"missed, {x['false']} false")
+        prev = "—" if r["prevalence_first"] is None else f"{r['prevalence_first']:.0%} → {r['prevalence_last']:.0%}"
+        t.add_row(r["name"], r["shortcut"] or "(control)", prev, str(r["onset"]), *cells)
+    console.print(t)
+    for m in METHODS:
+        refused = [r["name"] for r in scores["runs"] if r[m]["exit"] in (1, 2, 3)]
+        if refused:  # counted as missed above: say so, it is the input, not the discovery
+            console.print(f"[red]{m}: {len(refused)} run(s) exited 1-3 (refused or failed), counted as missed:[/] "
+                          + ", ".join(refused))
