@@ -72,7 +72,8 @@ class LexicalConfig(_Section):
     (it saturates, and the monitor's policy never sees its penalty) nothing that travels with it
     can be 1.5 times commoner among its own positives, and its co-travellers (the words of a
     closing formula, wording that comes with longer replies) were proposed as hacks of their own
-    (discovery benchmark: 0.32 false patterns a run at 1.5 with `explain_within` off). With
+    (discovery benchmark: 0.36 false patterns a run at 1.5 with `explain_within` off, 0.26 with
+    these defaults, recall unchanged). With
     `explain_within`, a pattern paid for in itself still shows evidence beside the penalty."""
     drift_p_value: float | None = Field(None, gt=0, le=1)
     """If set, a new pattern must be more prevalent than in the run's first batch (one-sided Fisher
@@ -145,8 +146,9 @@ class PenaltiesConfig(_Section):
     view_groups: int | None = Field(None, ge=1)
     """Groups sampled into the proposer's view. None (the default): the proposer's own, `view_shape`:
     64 for the lexical proposer (its permutation tests need the counts: on the discovery benchmark,
-    benchmarks/discovery.py, a view of 16 groups x 2 rollouts of one batch found 4 of 35 planted
-    shortcuts), 16 for an LLM (the rollouts it reads in its prompt)."""
+    benchmarks/discovery.py, 48 runs, a view of 16 groups x 2 rollouts of one batch found none of 42
+    planted shortcuts, whole groups of every batch since the previous proposal 33), 16 for an LLM
+    (the rollouts it reads in its prompt)."""
     view_per_group: int | None = Field(None, ge=1)
     """Rollouts sampled from each of those groups. None (the default): 64 for the lexical proposer
     (whole groups: the rewards are permuted within them), 2 for an LLM."""
