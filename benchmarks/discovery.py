@@ -16,8 +16,9 @@ Scored, per run (benchmarks/discovery_score.py), with the code on PYTHONPATH:
 
 - `monitor`: `python -m dynalize.monitor LOGS --out TMP --no-html`, defaults (no --config/--set);
 - `proposer`: the in-run proposer at PenaltiesConfig's defaults: a dynalize run's own
-  penalties.jsonl; on a TRL run, the same monitor replay with the view sizes set back to
-  PenaltiesConfig's defaults (what dynalize would have proposed in that run).
+  penalties.jsonl (or, with --replay-proposer, the replay below); on a TRL run, the same monitor
+  replay with the view sizes set back to PenaltiesConfig's defaults (what dynalize would have
+  proposed in that run).
 
 A discovered pattern matches the planted shortcut by behaviour, never by its text: over the run's
 logged replies it must fire on at least MATCH_COVER of the replies showing the shortcut and at least
@@ -77,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--subprocess", action="store_true", help="score by running `python -m dynalize.monitor` "
                     "as a command per run (slower; default: its main() in this process, the same code)")
+    ap.add_argument("--replay-proposer", action="store_true",
+                    help="score the in-run proposer on dynalize runs by replaying their logs with this code's in-run "
+                         "defaults (default: the runs' own penalties.jsonl, written by the code they trained with)")
     ap.add_argument("--json", type=Path, help="also write the scores (per run and per table row) here")
     args = ap.parse_args(argv)
     if not args.quick and args.runs is None:
@@ -117,7 +121,7 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     scores = score_corpus(args.runs, console, args.subprocess, None if args.quick else set(args.shapes.split(",")),
-                          set(args.kinds.split(",")))
+                          set(args.kinds.split(",")), args.replay_proposer)
     if not scores["runs"]:
         console.print(f"discovery: {args.runs} holds no finished run (meta.json); make them with --generate")
         return 2

@@ -16,6 +16,7 @@ last, so a run without it is unfinished (generation redoes it).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -163,9 +164,14 @@ def finished(root: Path) -> list[dict[str, Any]]:
 
 def main() -> None:
     """`python discovery_runs.py SPEC_JSON ROOT`: train one run (a subprocess of discovery.py)."""
+    ap = argparse.ArgumentParser(description="Train one run of the discovery corpus (benchmarks/discovery.py "
+                                             "starts it, one process a run).")
+    ap.add_argument("spec", help="the run's RunSpec, as JSON")
+    ap.add_argument("root", type=Path, help="the corpus folder the run is written into")
+    args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    spec = RunSpec.from_dict(json.loads(sys.argv[1]))
-    meta = generate(spec, Path(sys.argv[2]))
+    spec = RunSpec.from_dict(json.loads(args.spec))
+    meta = generate(spec, args.root)
     print(json.dumps({"name": meta["name"], "seconds": meta["seconds"]}))
 
 

@@ -125,7 +125,8 @@ def judge_patterns(patterns: list[dict[str, Any]], rollouts: list[Rollout], trut
     return out
 
 
-def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool) -> dict[str, Any]:
+def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool,
+              replay_proposer: bool = False) -> dict[str, Any]:
     spec = RunSpec.from_dict(meta)
     rollouts = read_logs(run, meta)
     truth = [bool(spec.shortcut) and any(spec.shortcut.present(t) for t in replies) for _, replies in rollouts]
@@ -139,7 +140,7 @@ def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool)
                            "prevalence_first": prevalence[steps[0]] if steps else None,
                            "prevalence_last": prevalence[steps[-1]] if steps else None, "seconds": meta.get("seconds")}
     for method in METHODS:
-        if method == "proposer" and meta["shape"]["framework"] == "dynalize":
+        if method == "proposer" and meta["shape"]["framework"] == "dynalize" and not replay_proposer:
             found, status = added(logs / "penalties.jsonl"), None
         else:
             out = work / f"{meta['name']}.{method}"
@@ -158,16 +159,18 @@ def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool)
 
 
 def score_corpus(root: Path, console, subprocess_cli: bool = False, shapes: set[str] | None = None,
-                 kinds: set[str] | None = None) -> dict[str, Any]:
+                 kinds: set[str] | None = None, replay_proposer: bool = False) -> dict[str, Any]:
     """Every finished run of `root` (of `shapes` and `kinds`, when given), scored by both methods;
-    plus the table rows."""
+    plus the table rows. `replay_proposer`: the proposer column replays dynalize runs too (the
+    in-run defaults of the code on PYTHONPATH), instead of reading the penalties.jsonl that the code
+    of the day they trained wrote."""
     runs = []
     metas = [m for m in finished(root) if (shapes is None or m["shape"]["name"] in shapes)
              and (kinds is None or m["kind"] in kinds)]
     with tempfile.TemporaryDirectory(prefix="discovery-score-") as tmp:
         for i, meta in enumerate(metas, 1):
             console.print(f"[dim]scoring {i}/{len(metas)} {meta['name']}[/]", end="\r")
-            runs.append(score_run(root / meta["name"], meta, Path(tmp), subprocess_cli))
+            runs.append(score_run(root / meta["name"], meta, Path(tmp), subprocess_cli, replay_proposer))
     return {"runs": runs, "rows": rows(runs)}
 
 
