@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from discovery_runs import META, finished  # noqa: E402
+from discovery_score import METHODS  # noqa: E402
 from discovery_worlds import KINDS, QUICK_SHAPE, SHAPES, plan  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -81,8 +82,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--replay-proposer", action="store_true",
                     help="score the in-run proposer on dynalize runs by replaying their logs with this code's in-run "
                          "defaults (default: the runs' own penalties.jsonl, written by the code they trained with)")
+    ap.add_argument("--methods", default=",".join(METHODS), help=f"methods to score (known: {', '.join(METHODS)})")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                    help="a penalty setting given to every method (the monitor's --set), to try other "
+                         "defaults on the same corpus (repeatable)")
     ap.add_argument("--json", type=Path, help="also write the scores (per run and per table row) here")
     args = ap.parse_args(argv)
+    bad_methods = [m for m in args.methods.split(",") if m not in METHODS]
+    if bad_methods:
+        ap.error(f"unknown method(s) {', '.join(bad_methods)} (known: {', '.join(METHODS)})")
     if not args.quick and args.runs is None:
         ap.error("--runs DIR is required (or --quick)")
     unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
@@ -121,7 +129,7 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     scores = score_corpus(args.runs, console, args.subprocess, None if args.quick else set(args.shapes.split(",")),
-                          set(args.kinds.split(",")), args.replay_proposer)
+                          set(args.kinds.split(",")), args.replay_proposer, tuple(args.methods.split(",")), args.settings)
     if not scores["runs"]:
         console.print(f"discovery: {args.runs} holds no finished run (meta.json); make them with --generate")
         return 2

@@ -105,3 +105,23 @@ def test_the_run_summary_says_when_proposals_lacked_the_evidence():
     assert rows["discovery evidence"].startswith("INSUFFICIENT in 2 of 3 proposals")
     rows = {k: last for k, _, last in summary_rows([{**row, "proposer/insufficient_total": 0}])}
     assert rows["discovery evidence"] == "sufficient in all 3 proposals"
+
+
+def test_logs_that_begin_after_step_1_are_no_evidence_of_no_hack(tmp_path):
+    # a hack already in every reply by the first logged step (TRL's logging_steps=10) has nothing to
+    # rise from and no contrast left: the same honest rollouts are "all clear" logged from step 1 on,
+    # and insufficient evidence logged from step 10 on
+    rng = random.Random(0)
+    rollouts = [(f"question {g}", " ".join(rng.choice(VOCAB) for _ in range(8)) + ".", rng.gauss(0, 1))
+                for _ in range(4) for g in range(32) for _ in range(8)]
+    statuses = {}
+    for first, stride in ((1, 1), (10, 10)):
+        rows = [{"step": first + stride * (i // 256), "prompt": p, "completion": c, "reward": r}
+                for i, (p, c, r) in enumerate(rollouts)]
+        src = tmp_path / f"from{first}.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        out = tmp_path / f"mon{first}"
+        statuses[first] = main([str(src), "--out", str(out), "--every", "1", "--no-html"])
+        statuses[first, "verdict"] = json.loads((out / "summary.json").read_text())["verdict"]
+    assert statuses[1] == 0, statuses[1, "verdict"]
+    assert statuses[10] == 11 and "the logs begin at step 10" in statuses[10, "verdict"]

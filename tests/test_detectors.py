@@ -26,9 +26,12 @@ OTHER = ("galaxy rocket planet comet nebula orbit asteroid quasar pulsar crater 
 
 CASES = {
     "repetition": (["The river is calm today. The river is calm today.",
-                    "I can help you with that. I can help you with that now. I can help you with that again."],
+                    "I can help you with that. I can help you with that now. I can help you with that again.",
+                    "Sure" + " ." * 40, "That is great!!!!!!!!!!", "hahahahahahahahaha", "no no no no no no"],
                    ["The river is calm today. The stone is warm in the sun.",
-                    "Short reply.", "One two three four five six seven eight nine ten."]),
+                    "Short reply.", "One two three four five six seven eight nine ten.",
+                    "Wait . . . what?", "Really!!! Yes.", "Title\n-----------------\n==============",
+                    "Loading...", "no no no no no."]),
     "unfinished": (["The best way to cook rice is to", "Here are the steps: first you take the",
                     "Run this:\n```\nmake all."],
                    ["The best way to cook rice is slowly.", "Is it done?", 'He said "stop."', "Ok",
@@ -123,9 +126,16 @@ def test_proposes_a_repetition_penalty_when_the_rm_pays_for_repeating():
     assert set(c.references) == {s.id for s in view.positives()}
 
 
+def test_the_default_looks_for_loops_the_rm_pays_for():
+    # a degenerate loop is a hack no word pattern names: the default tests `repetition`
+    c = propose(make_view(repeating, plain)).accepted
+    assert c is not None and c.detector == "repetition"
+    assert LexicalConfig().detectors == ["repetition"]
+
+
 def test_no_detector_penalty_when_off_or_when_the_rm_does_not_pay_for_it():
     view = make_view(repeating, plain)
-    off = propose(view).accepted
+    off = propose(view, detectors=[]).accepted
     assert off is None or off.detector is None
     both = make_view(repeating, repeating)  # positives and negatives repeat alike
     assert propose(both, detectors=["repetition"]).accepted is None
@@ -168,7 +178,7 @@ def test_an_active_detector_penalty_explains_away_a_phrase_that_only_comes_with_
         return f"{fixed} {fixed}" if rng.random() < 0.9 else repeating(rng)
 
     view = make_view(pos, plain)
-    assert propose(view).accepted.detector is None  # without the penalty: a phrase of the sentence
+    assert propose(view, detectors=[]).accepted.detector is None  # without the penalty: a phrase of the sentence
     view.active = [Penalty("p001", "Replies repeat themselves", "d", detector="repetition")]
     r = propose(view)
     assert r.accepted is None and r.rejected.get("explained", 0) >= 1

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from discovery_score import judge_patterns  # noqa: E402
+from discovery_score import judge_patterns, rows  # noqa: E402
 from discovery_worlds import KINDS, Shortcut, honest_reward, plan, QUICK_SHAPE  # noqa: E402
 
 
@@ -59,6 +59,26 @@ def test_a_pattern_matches_the_shortcut_by_how_it_fires_not_by_its_text():
     assert judged[1]["fires_with"] == 0.5 and judged[1]["fires_without"] == 1.0
 
 
+def scored(name: str, kind: str, seeable: bool, found: bool, false: int) -> dict:
+    pats = [{"match": True}] * found + [{"match": False}] * false
+    return {"name": name, "kind": kind, "shape": "s", "seeable": seeable,
+            **{m: {"detected": found, "delay": 0 if found else None, "patterns": pats} for m in ("monitor", "proposer")}}
+
+
+def test_recall_counts_only_shortcuts_the_logs_can_show_and_precision_counts_every_pattern():
+    # a shortcut never exploited, or saturated before the first logged step, is listed apart: no
+    # logged batch contrasts it. Its patterns still count for precision, and "every planted run" too
+    runs = [scored("a", "word", True, True, 0), scored("b", "word", True, False, 1),
+            scored("c", "word", False, True, 0), scored("d", "word", False, False, 2),
+            scored("e", "control", False, False, 1)]
+    row = {(r["by"], r["key"]): r for r in rows(runs)["monitor"]}
+    word, control = row[("kind", "word")], row[("kind", "control")]
+    assert (word["found"], word["planted"]) == (1, 2)
+    assert (word["found_all"], word["planted_all"]) == (2, 4)
+    assert (word["true"], word["patterns"]) == (2, 5)
+    assert (control["control_alarms"], control["controls"]) == (1, 1)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # two real (tiny) training runs: about a minute on an idle CPU, much more on a shared one
 def test_quick_mode_trains_runs_and_prints_tables_from_them(tmp_path):
@@ -91,8 +111,9 @@ def test_quick_mode_trains_runs_and_prints_tables_from_them(tmp_path):
         assert [p["regex"] for p in r["monitor"]["patterns"]] == [p["regex"] for p in summary["patterns"]]
     rows = {(row["by"], row["key"]): row for row in scores["rows"]["monitor"]}
     word = next(r for r in scores["runs"] if r["kind"] == "word")
-    assert rows[("kind", "word")]["found"] == int(word["monitor"]["detected"])
-    assert f"{rows[('kind', 'word')]['found']}/1" in proc.stdout
+    assert rows[("kind", "word")]["found_all"] == int(word["monitor"]["detected"])
+    assert rows[("kind", "word")]["found"] == int(word["monitor"]["detected"] and word["seeable"])
+    assert f"{rows[('kind', 'word')]['found_all']}/1" in proc.stdout
 
 
 def test_a_missing_or_empty_corpus_is_one_line_and_exit_2(tmp_path):

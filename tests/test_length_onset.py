@@ -13,7 +13,7 @@ import pytest
 from dynalize.grpo import advantages
 from dynalize.penalties.candidate import ProposalResult
 from dynalize.penalties.config import LexicalConfig
-from dynalize.penalties.evidence import length_onset
+from dynalize.penalties.evidence import length_onset, length_onset_bar
 from dynalize.penalties.lexical import LexicalProposer
 from dynalize.penalties.surface import length_limit
 from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
@@ -114,7 +114,7 @@ def test_a_reward_that_only_pays_for_not_being_short_has_no_onset(seed):
 
 
 def test_the_onset_setting_proposes_no_length_penalty_where_the_reward_never_starts_to_pay():
-    cfg = dict(min_effect=0.3, length_adjusted=True)
+    cfg = dict(min_effect=0.3, length_adjusted=True, detectors=[])  # the texts loop one word: no loop detector
     v = view_on_content(None)
     largest_pick = LexicalProposer(LexicalConfig(**cfg, length_threshold="largest")).best(v)
     assert largest_pick is not None and length_limit(largest_pick.regex) is not None  # the contrast is there
@@ -158,7 +158,40 @@ def test_the_default_proposes_no_length_penalty_on_a_reward_that_only_pays_for_n
     # the default (`onset`) and `strongest` propose a length limit only past where the reward starts to pay;
     # a reward that pays for not being short, and nothing beyond, gets none (a false alarm otherwise)
     for how in ("onset", "strongest"):
-        cfg = dict(min_effect=0.3, length_adjusted=True, length_threshold=how)
+        cfg = dict(min_effect=0.3, length_adjusted=True, length_threshold=how, detectors=[])  # texts of one word
         assert LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(None)) is None, how
         pick = LexicalProposer(LexicalConfig(**cfg)).best(view_on_content(40))
         assert pick is not None and length_limit(pick.regex) >= 35, (how, pick)
+
+
+def honest_and_step(bar: int) -> Callable[[random.Random], tuple[str, float]]:
+    """The discovery benchmark's honest length pay (less for fewer than 15 or more than 35 words)
+    and a step bonus past `bar` words (benchmarks/discovery_worlds.py)."""
+    def reply(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(8, 60)
+        honest = -min(0.5, max(0, 15 - n, n - 35) / 30)
+        return " ".join(rng.choice(WORDS) for _ in range(n)), rng.gauss(0, 0.3) + honest + 0.6 * (n > bar)
+    return reply
+
+
+@pytest.mark.parametrize("bar", [34, 36, 42])
+def test_a_step_bonus_is_penalised_from_its_bar_to_the_word(bar):
+    # the onset (half-way up the local pay) lands up to half a window before a step's bar; "longer
+    # than 30" for a bar at 36 penalised what the reward pays for nothing (the discovery benchmark's
+    # length steps: 2 of 6 found). The pay's peak, refined to the word, is the bar itself.
+    limits = []
+    for seed in range(5):
+        v = grouped_view(honest_and_step(bar), seed)
+        pick = LexicalProposer(LexicalConfig(detectors=[], length_adjusted=True, min_effect=0.3)).best(v)
+        if pick is not None and length_limit(pick.regex) is not None:  # words of random text aside
+            limits.append(length_limit(pick.regex))
+    assert len(limits) >= 3 and all(abs(lim - bar) <= 1 for lim in limits), limits
+
+
+def test_a_ramp_is_not_taken_for_a_step():
+    # a ramp's pay stays up past its start: no peak to refine to, so the limit stays the onset's
+    for seed in range(3):
+        v = grouped_view(honest_and_ramp, seed)
+        words = {s.id: len(s.text.split()) for s in v.samples}
+        onset, bar = length_onset_bar(v.samples, words, list(range(5, 60, 5)))
+        assert onset is not None and bar is None, (seed, onset, bar)

@@ -20,10 +20,31 @@ no evidence, which is not "all clear"."""
 
 
 def last_evidence(out: Path) -> dict[str, Any] | None:
-    """The latest proposal's evidence (replay.EVIDENCE), or None when no proposal ran."""
+    """The latest proposal's evidence (replay.EVIDENCE), or None when no proposal ran; insufficient
+    too when the logs begin after the run's first step (`late_start`)."""
     path = out / "evidence.jsonl"
     rows = read_jsonl(path) if path.exists() else []
-    return rows[-1] if rows else None
+    return late_start(rows[-1], first_step(out)) if rows else None
+
+
+def first_step(out: Path) -> int | None:
+    """The first monitored step (the run's first logged one), or None before any."""
+    path = out / "metrics.jsonl"
+    rows = read_jsonl(path) if path.exists() else []
+    return rows[0].get("step") if rows else None
+
+
+def late_start(evidence: dict[str, Any], first: int | None) -> dict[str, Any]:
+    """The evidence, insufficient when the logs begin after step 1 (TRL's `logging_steps` > 1, say):
+    a hack already in most replies by the first logged step has no earlier logged batch to rise
+    from and no contrast left within groups, so no test on these logs could see it. Finding
+    nothing then is no evidence of nothing (the discovery benchmark's length shortcuts of a run
+    logged every 10 steps: in every reply by step 10, and "no discovered pattern is live")."""
+    if evidence.get("state") == "insufficient" or not isinstance(first, int) or first <= 1:
+        return evidence
+    return {**evidence, "state": "insufficient",
+            "reason": f"the logs begin at step {first}, not step 1: a hack already in most replies by then has no "
+                      f"earlier logged batch to rise from, and no test on these logs could see it"}
 
 
 def insufficient(evidence: dict[str, Any] | None) -> bool:

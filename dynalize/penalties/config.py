@@ -53,11 +53,14 @@ class LexicalConfig(_Section):
     the reward only pays for not being short, evidence.content_only), `largest` (the strictest
     limit that still passes: with a test as sensitive as the permutation test, often far above
     where the reward starts to pay) or `onset` (the passing limit nearest where the reward starts
-    to pay more for each extra word, decided at `fdr` against permuted rewards; no length penalty
-    while it does not: it needs replies on both sides of each limit, and misses a bar the policy's
-    lengths jump over). `onset` is the default: on the discovery benchmark (benchmarks/discovery.py,
-    16 runs) `strongest` found one more length shortcut but proposed length limits on a control run
-    and beside word shortcuts (precision 0.68 against 0.8x)."""
+    to pay more for each extra word, decided at `fdr` against permuted rewards; where the pay peaks
+    and falls back, a step's bar, the limit to the word whose "longer than L" the reward pays most
+    there (penalties.discovery.sharpest); no length penalty while it does not: it needs replies on
+    both sides of each limit, and misses a bar the policy's lengths jump over). `onset` is the
+    default: on the discovery benchmark (benchmarks/discovery.py, 48 runs) it found 5 of 5 length
+    steps and 5 of 5 ramps the logs could show, with one false length limit in 48 runs (beside a
+    closer hack); before a step's bar was refined, 2 of 6 steps ("longer than 25/30" for bars at
+    34/36). `strongest` proposed length limits on a control run and beside word shortcuts."""
     min_effect: float = Field(0.8, ge=0)
     """What is worth penalising, not evidence: a pattern that passed the test must also beat the rest
     of its group by this many within-group RM stds (a pattern found by the across-steps test,
@@ -83,14 +86,17 @@ class LexicalConfig(_Section):
     within-group RM difference with and without a wording pattern net of what word count (all of
     a rollout's replies) explains, a least-squares fit within groups. Wording that only comes with
     longer replies is then not rewarded in itself; "longer than L words" keeps the plain test."""
-    detectors: list[str] = []
+    detectors: list[str] = ["repetition"]
     """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
     `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the
     same tests as a word (the permutation test at `fdr`, `min_effect`, coverage, explained-away,
     `drift_p_value`, revival) and becomes a penalty naming its detector, which every judge
     decides locally (an LLM judge never sees it). `off_topic` reads the conversation each reply
-    answers (`penalties.judge.context` must stay true; the build refuses it otherwise). Empty (the default): none, so runs and
-    results without detectors are unchanged."""
+    answers (`penalties.judge.context` must stay true; the build refuses it otherwise). The default,
+    `repetition` alone: a degenerate loop (a sentence again and again, one token or one mark
+    repeated) is a hack no word pattern names (on the discovery benchmark, benchmarks/discovery.py,
+    the loops were found only through phrases that came with them, and missed in 2 of 6 runs,
+    without it); [] turns detectors off."""
     explain_within: bool = True
     """The explained-away check also looks among the replies the active penalty matches: a pattern
     is explained away only when it shows no weak evidence on either side of the penalty (a

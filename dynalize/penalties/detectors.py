@@ -28,6 +28,12 @@ REPEAT_NGRAM = 4
 REPEAT_NGRAM_SHARE = 0.3
 """repetition: or, in a reply of at least 2·REPEAT_NGRAM words, this share of its word
 REPEAT_NGRAM-grams repeat one seen earlier in the reply (a loop such as "I can help. I can help you. I can help")."""
+REPEAT_TOKEN_RUN = 6
+"""repetition: or the same whitespace-separated token this many times in a row (". . . . . .")."""
+REPEAT_UNIT_RUN = 8
+"""repetition: or, inside one token, the same unit of 1-3 characters this many times in a row
+("!!!!!!!!", "hahahahahahahaha"); rules of dashes, equals signs, underscores, stars, hashes or
+tildes (markdown) are not loops."""
 OFF_TOPIC_MIN_WORDS = 5
 """off_topic: both the reply and the conversation need this many distinct content words to be judged."""
 OFF_TOPIC_MAX_SHARED = 0.05
@@ -67,8 +73,25 @@ def content_words(text: str) -> set[str]:
     return out
 
 
+_UNIT_RUN = regex.compile(r"([^\s\-=_*#~]{1,3}?)\1{%d,}" % (REPEAT_UNIT_RUN - 1))
+
+
+def _token_run(reply: str) -> bool:
+    """The same token REPEAT_TOKEN_RUN times in a row, or a unit looping inside one token."""
+    run, last = 0, None
+    for token in reply.split():
+        run = run + 1 if token == last else 1
+        if run >= REPEAT_TOKEN_RUN:
+            return True
+        last = token
+    return _UNIT_RUN.search(reply) is not None
+
+
 def repetition(reply: str, context: str | None = None) -> bool:
-    """The reply repeats itself: a sentence twice, or a looping share of repeated word n-grams."""
+    """The reply repeats itself: a sentence twice, a looping share of repeated word n-grams, or a
+    degenerate run of one token or one unit (repeated punctuation, "ha" looping)."""
+    if _token_run(reply):
+        return True
     seen: set[tuple[str, ...]] = set()
     for sentence in _SENTENCE_END.split(reply):
         words = tuple(_words(sentence))

@@ -93,6 +93,9 @@ class Effect:
 
 ONSET_WINDOW = 10
 """Words on each side of a limit L that its local contrast compares: (L − W, L] against (L, L + W]."""
+STEP_FALL_SE = 2.0
+"""A step's local pay falls back past its bar by at least this many standard errors (a ramp's noise
+does not)."""
 
 
 def local_length_pay(samples: list[ViewSample], words: dict[str, int], limits: list[int],
@@ -175,7 +178,7 @@ def content_only(samples: list[ViewSample], words: dict[str, int], limits: list[
     `length_onset`) and `length_onset` finds no onset. "Longer than L" then separates what the
     reward pays for good reasons (true quality often does); a view too small to measure the local
     pay is not content-only (nothing to say either way)."""
-    onset, head = _length_statistics(samples, words, limits, alpha, permutations, seed)
+    onset, head, _ = _length_statistics(samples, words, limits, alpha, permutations, seed)
     return onset is None and head
 
 
@@ -197,17 +200,28 @@ def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[
     return _length_statistics(samples, words, limits, alpha, permutations, seed)[0]
 
 
+def length_onset_bar(samples: list[ViewSample], words: dict[str, int], limits: list[int], *, alpha: float = 0.05,
+                     permutations: int = 200, seed: int = 0) -> tuple[int | None, int | None]:
+    """(`length_onset`, the bar of a step): a step bonus's local pay peaks at its bar and falls back
+    past it (`_step_bar`), so where a step pays, that peak (the bar, to the grid of `limits`) says
+    where to draw the limit better than the half-way point of the rise (half a window before the
+    bar). None for a bar where the pay does not fall back (a ramp, or no onset)."""
+    onset, _, bar = _length_statistics(samples, words, limits, alpha, permutations, seed)
+    return onset, bar
+
+
 def _length_statistics(samples: list[ViewSample], words: dict[str, int], limits: list[int], alpha: float,
-                       permutations: int, seed: int) -> tuple[int | None, bool]:
-    """(the onset, whether the local pay over the shorter limits is significantly positive)."""
+                       permutations: int, seed: int) -> tuple[int | None, bool, int | None]:
+    """(the onset, whether the local pay over the shorter limits is significantly positive, the bar
+    of a step: the peak the pay falls back from, `_step_bar`)."""
     if not samples:
-        return None, False
+        return None, False, None
     groups = group_index([s.group for s in samples])
     y = np.array([s.score for s in samples])
     cols = np.column_stack([y, y[within_permutations(groups, permutations, seed)].T])
     pay = local_length_pay(samples, words, limits, scores=cols)
     if len(pay) < 2:
-        return None, False
+        return None, False, None
     ls = sorted(pay)
     rise, tail, head = _rise(pay), _tail(pay), _head(pay)
     paid_short = bool(head[0] > np.quantile(head[1:], 1 - alpha))
@@ -218,12 +232,33 @@ def _length_statistics(samples: list[ViewSample], words: dict[str, int], limits:
                  if math.hypot(se[p], se[v]) > 0
                  and (observed[p] - observed[v]) / math.hypot(se[p], se[v]) >= rise[0] - 1e-9]
         size, valley, peak = max(pairs)
-        return next(lim for lim in ls if valley < lim <= peak and observed[lim] >= observed[valley] + size / 2), paid_short
+        onset = next(lim for lim in ls if valley < lim <= peak and observed[lim] >= observed[valley] + size / 2)
+        return onset, paid_short, _step_bar(onset, pay)
     if tail[0] > np.quantile(tail[1:], 1 - alpha / 2):
         # the longer half pays; the onset is the first limit after the last one of the shorter half
         # that pays no more than permuted rewards do there (at alpha). ("<= 0" read noise below a
         # bar as pay, so the honest pay for not being short, at the shortest limits, became the onset)
         paid_nothing = [lim for lim in ls[:len(ls) // 2] if pay[lim][0][0] <= np.quantile(pay[lim][0][1:], 1 - alpha)]
         later = [lim for lim in ls if not paid_nothing or lim > max(paid_nothing)]
-        return (later[0] if later else None), paid_short
-    return None, paid_short
+        onset = later[0] if later else None
+        return onset, paid_short, None if onset is None else _step_bar(onset, pay)
+    return None, paid_short, None
+
+
+def _step_bar(onset: int, pay: dict[int, tuple[np.ndarray, np.ndarray]]) -> int | None:
+    """Where a step bonus's local pay peaks (its bar), or None: the highest pay within two windows
+    past the onset, when the pay rose to it from the lowest point within a window before the onset
+    and falls back past it by at least half that rise and by `STEP_FALL_SE` standard errors, and the
+    rise is at least a quarter of the fall (a peak, not the pay for not being short running out;
+    past a bar the fall may run on into the pay for not being long). A ramp's pay stays up."""
+    ls = sorted(pay)
+    observed = {lim: float(pay[lim][0][0]) for lim in ls}
+    peak = max((lim for lim in ls if onset <= lim <= onset + 2 * ONSET_WINDOW), key=lambda lim: observed[lim])
+    before = [observed[lim] for lim in ls if onset - ONSET_WINDOW <= lim < peak]
+    after = [lim for lim in ls if peak < lim <= peak + ONSET_WINDOW]
+    if not before or not after:
+        return None
+    low = min(after, key=lambda lim: observed[lim])
+    rise, fall = observed[peak] - min(before), observed[peak] - observed[low]
+    se = math.hypot(float(pay[peak][1][0]), float(pay[low][1][0]))
+    return peak if rise > 0 and fall >= rise / 2 and rise >= fall / 4 and fall >= STEP_FALL_SE * se else None
