@@ -209,8 +209,9 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
 
 def sharpest(near: Tested, samples: list[ViewSample], words: dict[str, int], bar: int) -> Tested:
     """A step bonus's limit, to the word: of every whole number of words L within half a window of
-    its `bar` (evidence.length_onset_bar: a peak on the grid of the tested limits), the one whose "longer than L" the reward
-    pays most within groups (the plain statistic, whose peak is the bar itself), in place of
+    its `bar` (evidence.length_onset_bar: a peak on the grid of the tested limits), the one whose
+    "longer than L" the reward pays most within groups (the plain statistic, whose peak is the bar
+    itself), in place of
     `near` (the tested limit nearest the onset, whose statistic it keeps: it ranks the pattern
     against the others). A location, not a decision: the decision was `near`'s."""
     groups = group_index([s.group for s in samples])
