@@ -3,6 +3,7 @@ much more reward the replies that show it get than the rest of their group."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,18 @@ def last_evidence(out: Path) -> dict[str, Any] | None:
 
 
 def first_step(out: Path) -> int | None:
-    """The first monitored step (the run's first logged one), or None before any."""
+    """The first monitored step (the run's first logged one), or None before any: the first line
+    of the monitor's own metrics.jsonl (`patterns` reads the whole file, and says if it is damaged)."""
     path = out / "metrics.jsonl"
-    rows = read_jsonl(path) if path.exists() else []
-    return rows[0].get("step") if rows else None
+    if not path.exists():
+        return None
+    with path.open(encoding="utf-8", errors="replace") as f:
+        line = f.readline()
+    try:
+        step = json.loads(line).get("step")
+    except (json.JSONDecodeError, AttributeError):  # a torn first line: nothing monitored yet
+        return None
+    return step if isinstance(step, int) else None
 
 
 def late_start(evidence: dict[str, Any], first: int | None) -> dict[str, Any]:

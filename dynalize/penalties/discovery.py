@@ -27,7 +27,8 @@ import numpy as np
 
 from .config import LexicalConfig
 from .evidence import ONSET_WINDOW, content_only, fisher_p, length_onset_bar
-from .permutation import centred, detectable_effect, group_index, indicator, residuals, standardised, step_down, within_permutations
+from .permutation import (centred, detectable_effect, group_index, indicator, plain_z, residuals, standardised, step_down,
+                          within_permutations)
 from .surface import Feature, length_feature, length_limit
 from .views import ViewSample, prompt_group
 
@@ -170,7 +171,7 @@ def _across(keep: list[Trial],
     # the reward must pay for it wherever a group (of the reference or the view) still contrasts it
     ref_groups = group_index([s.group for s in reference])
     groups = np.concatenate([ref_groups, group_index([s.group for s in samples]) + len(set(ref_groups.tolist()))])
-    paid, _ = standardised(indicator(rows, len(pool)), y, groups, np.zeros((0, len(pool)), dtype=np.int64))
+    paid = plain_z(indicator(rows, len(pool)), y, groups)
     kept = [r for r in range(len(rows)) if np.isnan(paid[r]) or paid[r] >= PAID_Z]
     rows, which = [rows[r] for r in kept], [which[r] for r in kept]
     if not rows:
@@ -205,21 +206,18 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
                key=lambda t: (t.z, limit(t)), default=None)
 
 
-
-
 def sharpest(near: Tested, samples: list[ViewSample], words: dict[str, int], bar: int) -> Tested:
     """A step bonus's limit, to the word: of every whole number of words L within half a window of
     its `bar` (evidence.length_onset_bar: a peak on the grid of the tested limits), the one whose
     "longer than L" the reward pays most within groups (the plain statistic, whose peak is the bar
-    itself), in place of
-    `near` (the tested limit nearest the onset, whose statistic it keeps: it ranks the pattern
-    against the others). A location, not a decision: the decision was `near`'s."""
+    itself), in place of `near` (the tested limit nearest the bar, whose statistic it keeps: it
+    ranks the pattern against the others). A location, not a decision: the decision was `near`'s."""
     groups = group_index([s.group for s in samples])
     y = np.array([s.score for s in samples], dtype=float)
     w = np.array([words[s.id] for s in samples])
     tried = list(range(max(1, bar - ONSET_WINDOW // 2), bar + ONSET_WINDOW // 2 + 1))
     rows = [np.flatnonzero(w > lim).tolist() for lim in tried]
-    z, _ = standardised(indicator(rows, len(samples)), y, groups, np.zeros((0, len(samples)), dtype=np.int64))
+    z = plain_z(indicator(rows, len(samples)), y, groups)
     if np.isnan(z).all():
         return near
     lim = tried[int(np.nanargmax(z))]  # the first of equal maxima: the shortest such limit

@@ -94,6 +94,11 @@ def standardised(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
     return z, null
 
 
+def plain_z(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each row of `x`'s standardised within-group contrast of `y` (`standardised`), with no null."""
+    return standardised(x, y, groups, np.zeros((0, len(groups)), dtype=np.int64))[0]
+
+
 def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:
     """Step-down max-statistic (Westfall-Young) adjusted p-values of observed `z` against its
     permutation `null` (k x b): the chance, under the null, that any candidate ranked at or below
