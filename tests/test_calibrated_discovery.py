@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from dynalize.grpo import advantages
 from dynalize.monitor.__main__ import main
 from dynalize.penalties.candidate import ProposalResult
@@ -125,3 +127,61 @@ def test_logs_that_begin_after_step_1_are_no_evidence_of_no_hack(tmp_path):
         statuses[first, "verdict"] = json.loads((out / "summary.json").read_text())["verdict"]
     assert statuses[1] == 0, statuses[1, "verdict"]
     assert statuses[10] == 11 and "the logs begin at step 10" in statuses[10, "verdict"]
+
+
+def test_a_run_of_many_honest_proposals_raises_a_false_penalty_at_most_fdr_of_the_time():
+    # ten proposals a run on rewards independent of every pattern: held per proposal, about a third
+    # of such runs raised a false penalty; spent over the run, at most fdr (0.05) of them may
+    false = 0
+    proposer = LexicalProposer(LexicalConfig())
+    for run in range(40):
+        false += any(proposer.best(ProposerView(5 * k, view(4, 8, 1000 * run + k, step=5 * k), proposal=k),
+                                   ProposalResult(step=5 * k)) is not None for k in range(1, 11))
+    assert false <= 4, false
+    per_proposal = LexicalProposer(LexicalConfig(fdr_scope="proposal"))
+    false = sum(any(per_proposal.best(ProposerView(5 * k, view(4, 8, 1000 * run + k, step=5 * k)),
+                                      ProposalResult(step=5 * k)) is not None for k in range(1, 11))
+                for run in range(40))
+    assert false > 4, false  # what the run's bound is for
+
+
+def test_a_late_proposal_still_finds_a_hack_past_what_its_permutations_can_count():
+    # the 10th proposal decides at 0.05 / 110 = 0.00045, below 1 / 501, the smallest p-value 500
+    # permutations can count: the fitted tail of their maxima still resolves a strong hack
+    found = sum(PLANTED in (LexicalProposer(LexicalConfig()).best(
+        ProposerView(50, view(16, 8, seed, pay=1.0), proposal=10), ProposalResult(step=50)) or _NONE).title
+        for seed in range(4))
+    assert found >= 3
+
+
+class _NONE:
+    title = ""
+
+
+def test_the_tail_of_the_max_statistic_is_never_lighter_than_exponential_and_agrees_where_counted():
+    import numpy as np
+    from scipy.stats import norm
+
+    from dynalize.penalties.permutation import MaxTail, proposal_level
+
+    rng = np.random.default_rng(0)
+    maxima = rng.standard_normal((500, 1000)).max(axis=1)  # 500 permutations' max of 1000 null z's
+    tail = MaxTail(maxima)
+    for z in (4.5, 5.0, 5.5, 6.0):
+        exact = 1 - norm.cdf(z) ** 1000
+        assert exact <= tail.p(z) <= 50 * exact, (z, tail.p(z), exact)  # conservative, within reason
+    assert tail.p(float(np.quantile(maxima, 0.5))) == (1 + (maxima >= np.quantile(maxima, 0.5)).sum()) / 501
+    assert tail.p(tail.quantile(1e-4)) == pytest.approx(1e-4)
+    assert sum(proposal_level(0.05, k) for k in range(1, 10_000)) < 0.05
+
+
+def test_a_resumed_run_continues_its_count_of_proposals():
+    from dynalize.build import build_penalty_term
+    from dynalize.penalties.config import PenaltiesConfig
+
+    term = build_penalty_term(PenaltiesConfig(enabled=True))
+    term.proposals = 3
+    term._restart = ProposerView(15, view(4, 8, 0), proposal=3)
+    again = build_penalty_term(PenaltiesConfig(enabled=True))
+    again.load_state_dict(json.loads(json.dumps(term.state_dict())))
+    assert again.proposals == 3 and again._restart is not None and again._restart.proposal == 3

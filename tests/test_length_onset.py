@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -195,3 +196,30 @@ def test_a_ramp_is_not_taken_for_a_step():
         words = {s.id: len(s.text.split()) for s in v.samples}
         onset, bar = length_onset_bar(v.samples, words, list(range(5, 60, 5)))
         assert onset is not None and bar is None, (seed, onset, bar)
+
+
+def drifted(reference_seed: int, seed: int, bar: int | None = None) -> ProposerView:
+    """The benchmark's honest length pay (less under 15 and over 35 words) on replies of one repeated
+    word, so that length is all that tells them apart; the reference (the run's first batch) of
+    6 to 40 words, the view of 5 to 30 (a step bonus of 0.6 past `bar` words on top, with 5 to 45)."""
+    def reply(lo: int, hi: int, bonus: bool) -> Callable[[random.Random], tuple[str, float]]:
+        def draw(rng: random.Random) -> tuple[str, float]:
+            n = rng.randint(lo, hi)
+            pay = -min(0.5, max(0, 15 - n, n - 35) / 30) + 0.6 * (bonus and n > bar)
+            return " ".join(["word"] * n), rng.gauss(0, 0.1) + pay
+        return draw
+    ref = grouped_view(reply(6, 40, False), reference_seed, groups=40)
+    now = grouped_view(reply(5, 30 if bar is None else 45, bar is not None), seed)
+    return ProposerView(10, now.samples, reference=[replace(s, id=f"r{s.id}") for s in ref.samples], proposal=2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_length_penalty_below_what_most_of_the_untrained_policys_replies_exceed(seed):
+    # the reward pays for not being short: "longer than 10 words" would tax the untrained policy's
+    # ordinary replies (its median is 23); a step bonus past the median is still penalised
+    cfg = dict(detectors=[])
+    v = drifted(100 + seed, seed)
+    assert LexicalProposer(LexicalConfig(**cfg, length_floor=None)).best(v) is not None  # the pay is there
+    assert LexicalProposer(LexicalConfig(**cfg)).best(v) is None
+    pick = LexicalProposer(LexicalConfig(**cfg)).best(drifted(100 + seed, seed, bar=34))
+    assert pick is not None and abs(length_limit(pick.regex) - 34) <= 5, pick

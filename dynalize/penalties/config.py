@@ -20,12 +20,21 @@ class LexicalConfig(_Section):
     min_groups: int = Field(2, ge=1)
     """A pattern is tested only when replies of at least this many prompt groups show it."""
     fdr: float = Field(0.05, gt=0, lt=1)
-    """The error rate of a proposal's decisions: every candidate (words, phrases, openers, closers,
-    detectors, length limits) is tested against the rewards permuted within groups, and the chance
-    of any false discovery among all of them is held at this (a step-down max-statistic bound,
-    which bounds the false-discovery rate too; penalties.discovery). The one knob of the evidence:
-    what sample size, group count, candidate frequency and the number of candidates do to the
-    evidence is accounted for by the permutations."""
+    """The error rate of the run's decisions: every candidate of a proposal (words, phrases,
+    openers, closers, detectors, length limits) is tested against the rewards permuted within
+    groups, and the chance of any false discovery among all of them is bounded (a step-down
+    max-statistic bound, which bounds the false-discovery rate too; penalties.discovery). With
+    `fdr_scope: run` (the default) the run spends this over its proposals, fdr / (k (k + 1)) for
+    the k-th, so the chance that a run raises any false penalty at all is at most this, however
+    many proposals it makes. The one knob of the evidence: what sample size, group count,
+    candidate frequency and the number of candidates do to the evidence is accounted for by the
+    permutations."""
+    fdr_scope: Literal["run", "proposal"] = "run"
+    """What `fdr` bounds: `run` (any false discovery over the whole run: later proposals decide at
+    smaller levels and need stronger evidence) or `proposal` (each proposal at `fdr`: a run of K
+    proposals may raise a false penalty up to K times as often; what the sandbox configs were
+    tuned with). On the discovery benchmark (benchmarks/discovery.py, 48 runs) `proposal` raised
+    a false pattern on 1 of 6 control runs, and 0.12 a planted run."""
     permutations: int = Field(500, ge=20)
     """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
     detectable_effect: float = Field(1.0, gt=0)
@@ -61,6 +70,15 @@ class LexicalConfig(_Section):
     steps and 5 of 5 ramps the logs could show, with one false length limit in 48 runs (beside a
     closer hack); before a step's bar was refined, 2 of 6 steps ("longer than 25/30" for bars at
     34/36). `strongest` proposed length limits on a control run and beside word shortcuts."""
+    length_floor: float | None = Field(0.5, ge=0, le=1)
+    """A length limit is tested only at or above this quantile of the reference replies' lengths (the
+    run's first `reference_steps` batches; none without a reference): "longer than L" for an L most
+    of the untrained policy's replies already exceed would tax its ordinary replies, and a reward
+    that pays for an adequate length (for not being short) pays for it without any hack. A length
+    hack pays for growing past what the policy wrote; an onset below the floor proposes no length
+    limit at all (penalties.discovery.length_choice). None: every limit is tested. On the discovery
+    benchmark "longer than 15 words" (reference medians of 24 and 29.5) was proposed on two runs, once in
+    place of a planted step at 34."""
     min_effect: float = Field(0.8, ge=0)
     """What is worth penalising, not evidence: a pattern that passed the test must also beat the rest
     of its group by this many within-group RM stds (a pattern found by the across-steps test,

@@ -13,7 +13,9 @@ max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fdr` b
   the pool; and that the reward pays within groups (`PAID_Z`) wherever a group still contrasts it. A hack that
   saturated between two proposals leaves no contrast within groups, only this one.
 
-Without a reference all of `fdr` goes to the within-group family; with one, half to each.
+Each proposal decides at its share of the run's error rate (`level`: fdr / (k (k + 1)) for the
+k-th, `fdr_scope: run`); without a reference all of it goes to the within-group family, with one
+half to each.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import numpy as np
 
 from .config import LexicalConfig
 from .evidence import ONSET_WINDOW, content_only, fisher_p, length_onset_bar
-from .permutation import (centred, detectable_effect, group_index, indicator, plain_z, residuals, standardised, step_down,
-                          within_permutations)
+from .permutation import (centred, detectable_effect, group_index, indicator, plain_z, proposal_level, residuals,
+                          standardised, step_down, within_permutations)
 from .surface import Feature, length_feature, length_limit
 from .views import ViewSample, prompt_group
 
@@ -84,14 +86,20 @@ def _seed(step: int, what: str) -> int:
     return zlib.crc32(f"{what}:{step}".encode())
 
 
+def level(cfg: LexicalConfig, proposal: int) -> float:
+    """The error rate the run's `proposal`-th proposal decides at (`cfg.fdr_scope`)."""
+    return proposal_level(cfg.fdr, proposal) if cfg.fdr_scope == "run" else cfg.fdr
+
+
 def decide(candidates: list[Trial], samples: list[ViewSample],
            reference: list[ViewSample], size_of: dict[str, int], cfg: LexicalConfig,
-           step: int) -> tuple[list[Tested], Evidence]:
-    """The candidates that pass (strongest first), and the evidence the proposal had.
+           step: int, proposal: int = 1) -> tuple[list[Tested], Evidence]:
+    """The candidates that pass (strongest first), and the evidence the proposal had: the run's
+    `proposal`-th, at its share of the run's error rate (`level`).
 
     Length candidates (kind `length`) are tested on the
     plain reward, the others at equal length when `cfg.length_adjusted`."""
-    alpha = cfg.fdr / 2 if reference else cfg.fdr
+    alpha = level(cfg, proposal) / (2 if reference else 1)
     groups = group_index([s.group for s in samples])
     y = np.array([s.score for s in samples], dtype=float)
     sizes = np.array([size_of[s.id] for s in samples], dtype=float)
@@ -186,8 +194,10 @@ def _across(keep: list[Trial],
 
 
 def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[str, int], limits: list[int],
-                  cfg: LexicalConfig, step: int) -> Tested | None:
-    """Of the length limits that passed, the one `cfg.length_threshold` proposes (None: none)."""
+                  cfg: LexicalConfig, step: int, floor: float = 0.0) -> Tested | None:
+    """Of the length limits that passed, the one `cfg.length_threshold` proposes (None: none). An
+    onset below `floor` (`LexicalConfig.length_floor`: a length most of the untrained policy's
+    replies exceed) is the pay for not being short, whatever passed above it: none."""
     def limit(t: Tested) -> int:
         return length_limit(t.feature.regex) or 0
 
@@ -195,6 +205,8 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
         return max(lengths, key=limit)
     kw = dict(alpha=cfg.fdr, permutations=min(cfg.permutations, 200), seed=step)
     onset, bar = length_onset_bar(samples, words, limits, **kw)
+    if onset is not None and onset < floor:
+        return None
     if cfg.length_threshold == "onset":
         if onset is None:
             return None

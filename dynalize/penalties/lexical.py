@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import anyio
+import numpy as np
 import regex
 
 from ..types import Penalty
@@ -189,11 +190,13 @@ class LexicalProposer:
             candidates.append(tested(k, f, detections.shows(d)))
         limits = list(range(self.cfg.length_step, max(words_of.values(), default=0), self.cfg.length_step)) \
             if self.cfg.length else []
-        for n in limits:
+        floor = self._length_floor(view, words_of)
+        for n in (n for n in limits if n >= floor):
             f = length_feature(n)
             feature[f.key], shown[f.key] = f, Counter({f.shown: 1})
             candidates.append(tested(f.key, f, lambda s, n=n: words_of[s.id] > n))
-        passed, evidence = decide(candidates, view.samples, view.reference, size_of, self.cfg, view.step)
+        passed, evidence = decide(candidates, view.samples, view.reference, size_of, self.cfg, view.step,
+                                  view.proposal)
         result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
         worth = [t for t in passed if t.family == "across"
                  or self.cfg.min_effect <= 0 or effect(t.shows, adjust=t.feature.kind != "length") >= self.cfg.min_effect]
@@ -201,7 +204,7 @@ class LexicalProposer:
         scored = [t for t in worth if t.feature.kind != "length"]
         if lengths:
             # of the length limits that pass: the strongest, the largest, or the one nearest the onset
-            chosen = length_choice(lengths, view.samples, words_of, limits, self.cfg, view.step)
+            chosen = length_choice(lengths, view.samples, words_of, limits, self.cfg, view.step, floor)
             if chosen is None:
                 result.reject("no_onset")
             if chosen is not None:
@@ -248,6 +251,12 @@ class LexicalProposer:
             result.reject("not_best", len(scored) - rank - 1)
             return c
         return None
+
+    def _length_floor(self, view: ProposerView, words_of: dict[str, int]) -> float:
+        """The shortest length limit worth testing: `length_floor`'s quantile of the reference's lengths."""
+        if self.cfg.length_floor is None or not view.reference:
+            return 0.0
+        return float(np.quantile([words_of[s.id] for s in view.reference], self.cfg.length_floor))
 
     def _usable_detectors(self, view: ProposerView, result: ProposalResult) -> list[Detector]:
         """The configured detectors this view can test: one that reads the conversation needs it

@@ -10,6 +10,12 @@ candidate's null at once, and the step-down max-statistic (Westfall-Young) adjus
 bound the chance of any false discovery among all candidates of the proposal by `alpha` (which
 bounds the false-discovery rate too). Sample size, group count, candidate frequency and the
 number of candidates tried are all accounted for by the permutations themselves.
+
+A run spends its error rate over its proposals (`proposal_level`), so a late proposal decides at
+a level far below what its permutations can resolve by counting (1 / (permutations + 1)): where
+fewer than `TAIL_COUNT` permutation maxima reach a statistic, its p-value comes from a generalized
+Pareto tail fitted to the largest maxima (`MaxTail`), as in Knijnenburg et al. (2009, "Fewer
+permutations, more accurate P-values"), with the tail never taken lighter than exponential.
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
+from scipy import sparse, stats
+
+TAIL_COUNT = 10
+"""A p-value counts permutation maxima at or above its statistic when at least this many are;
+below, it comes from the fitted tail (`MaxTail`)."""
+
+TAIL_SHARE = 0.1
+"""The tail fitted: the largest this share of the permutation maxima (50 of 500)."""
 
 
 def group_index(groups: list[int]) -> np.ndarray:
@@ -99,22 +112,89 @@ def plain_z(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray) -> np.ndarr
     return standardised(x, y, groups, np.zeros((0, len(groups)), dtype=np.int64))[0]
 
 
+def proposal_level(fdr: float, proposal: int) -> float:
+    """The error rate the `proposal`-th proposal of a run (1-based) may spend: fdr / (k (k + 1)),
+    which sums to less than `fdr` over any number of proposals, so the chance that a run raises
+    any false discovery at all is held at `fdr` however long it trains (half for the first
+    proposal, a sixth for the second, a twelfth for the third, ...)."""
+    k = max(int(proposal), 1)
+    return fdr / (k * (k + 1))
+
+
+class MaxTail:
+    """The upper tail of a permutation null's max statistic: p-values and quantiles counted from
+    the permutations where they can be, and beyond from a generalized Pareto fit to the largest
+    `TAIL_SHARE` of them (its shape clamped at 0, an exponential tail, when the fit is lighter:
+    the max of near-normal statistics has an exponential tail at most)."""
+
+    def __init__(self, maxima: np.ndarray):
+        self.maxima = np.sort(maxima[np.isfinite(maxima)])
+        self.b = len(maxima)
+        self._fit: tuple[float, float, float, float] | None = None
+
+    def _tail(self) -> tuple[float, float, float, float]:
+        """(threshold u, share above it, shape, scale) of the fitted tail."""
+        if self._fit is None:
+            m = self.maxima
+            n_tail = max(int(round(TAIL_SHARE * self.b)), TAIL_COUNT)
+            u = float(m[-n_tail - 1]) if len(m) > n_tail else float(m[0]) if len(m) else 0.0
+            excess = m[m > u] - u
+            shape, scale = 0.0, float(excess.mean()) if len(excess) else 0.0
+            if len(excess) >= TAIL_COUNT and scale > 0:
+                c, _, sc = stats.genpareto.fit(excess, floc=0)
+                if c > 0 and np.isfinite(c) and sc > 0:
+                    shape, scale = float(c), float(sc)
+            self._fit = (u, len(excess) / max(self.b, 1), shape, scale)
+        return self._fit
+
+    def p(self, z: float) -> float:
+        """P(max >= z) under the null (at most 1)."""
+        count = int(len(self.maxima) - np.searchsorted(self.maxima, z - 1e-12, side="left"))
+        if count >= TAIL_COUNT or not len(self.maxima):
+            return (1 + count) / (self.b + 1)
+        u, share, shape, scale = self._tail()
+        if z <= u or scale <= 0:
+            return (1 + count) / (self.b + 1)
+        x = (z - u) / scale
+        survival = math.exp(-x) if shape == 0 else (1 + shape * x) ** (-1 / shape)
+        return min(1.0, share * survival)
+
+    def quantile(self, alpha: float) -> float:
+        """The statistic whose p-value is `alpha`: what a candidate must beat at level `alpha`."""
+        if not len(self.maxima):
+            return math.inf
+        if alpha * (self.b + 1) >= 1 + TAIL_COUNT:
+            return float(np.quantile(self.maxima, 1 - alpha))
+        u, share, shape, scale = self._tail()
+        if scale <= 0 or alpha >= share:
+            return float(np.quantile(self.maxima, 1 - alpha))
+        r = alpha / share
+        return u + scale * (-math.log(r) if shape == 0 else (r ** -shape - 1) / shape)
+
+
 def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:
     """Step-down max-statistic (Westfall-Young) adjusted p-values of observed `z` against its
     permutation `null` (k x b): the chance, under the null, that any candidate ranked at or below
-    this one reaches its statistic. Rejecting where it is <= alpha makes any false discovery among
-    the k candidates at most that likely."""
+    this one reaches its statistic (`MaxTail`: counted, or from the fitted tail where few
+    permutations reach it). Rejecting where it is <= alpha makes any false discovery among the k
+    candidates at most that likely."""
     k, b = null.shape
     adjusted = np.ones(k)
     filled = np.nan_to_num(null, nan=-np.inf)
     maxima = filled.max(axis=0) if k else np.full(b, -np.inf)
-    finite = maxima[np.isfinite(maxima)]
-    critical = float(np.quantile(finite, 1 - alpha)) if len(finite) else math.inf
+    critical = MaxTail(maxima).quantile(alpha) if b else math.inf
     testable = np.flatnonzero(~np.isnan(z))
     if len(testable) and b:
         order = testable[np.argsort(-z[testable], kind="stable")]
         rest = np.maximum.accumulate(filled[order[::-1]], axis=0)[::-1]  # max over the ranks from r down
-        p = (1 + (rest >= z[order][:, None] - 1e-12).sum(axis=1)) / (b + 1)
+        counts = (rest >= z[order][:, None] - 1e-12).sum(axis=1)
+        p = (1 + counts) / (b + 1)
+        tail, row = None, None
+        for r in np.flatnonzero(counts < TAIL_COUNT):
+            if row is None or not np.array_equal(rest[r], row):  # ranks sharing their maxima share a fit
+                row = rest[r]
+                tail = MaxTail(row)
+            p[r] = tail.p(float(z[order[r]]))
         adjusted[order] = np.maximum.accumulate(p)
     return Family(z, adjusted, critical)
 

@@ -64,6 +64,9 @@ class ProposerView:
     retired: list[Penalty] = field(default_factory=list)
     domain: str = ""
     reference: list[ViewSample] = field(default_factory=list)
+    proposal: int = 1
+    """Which proposal of the run this is (1-based): its share of the run's error rate
+    (penalties.permutation.proposal_level)."""
 
     def by_id(self) -> dict[str, ViewSample]:
         return {s.id: s for s in self.samples}
@@ -143,7 +146,7 @@ def contexts_of(r: Rollout) -> list[str | None]:
 
 def pool_views(views: list[ProposerView], *, step: int | None = None, active: list[Penalty] | None = None,
                retired: list[Penalty] | None = None, domain: str = "",
-               reference: list[ViewSample] | None = None) -> ProposerView:
+               reference: list[ViewSample] | None = None, proposal: int = 1) -> ProposerView:
     """One view of the samples of `views` (oldest first). Several views are renumbered: ids `s001`,
     ... and groups 0, 1, ... over the distinct (view, group) pairs, so groups of different batches
     stay apart; a single view keeps its samples as they are."""
@@ -157,7 +160,8 @@ def pool_views(views: list[ProposerView], *, step: int | None = None, active: li
             samples.append(replace(s, id=f"s{len(samples) + 1:0{width}d}", group=g))
     last = views[-1].step if views else 0
     return ProposerView(step=last if step is None else step, samples=samples, active=list(active or []),
-                        retired=list(retired or []), domain=domain, reference=list(reference or []))
+                        retired=list(retired or []), domain=domain, reference=list(reference or []),
+                        proposal=proposal)
 
 
 def per_reply(view: ProposerView) -> ProposerView:

@@ -85,6 +85,9 @@ class PenaltyTerm(RewardTerm):
         self._step: dict[str, float] = {}
         self._proposals_failed_in_a_row = 0
         self._proposer_error: str | None = None
+        self.proposals = 0
+        """Proposals this run started (a restarted one counted once): the next one's share of the
+        run's error rate (ProposerView.proposal)."""
 
     # --- the term ---------------------------------------------------------------------------------
 
@@ -156,13 +159,15 @@ class PenaltyTerm(RewardTerm):
             return
         active, retired = self.buffer.preview([r.accepted for r in self.pending if r.accepted])
         if self._restart is not None:  # a proposal that never finished (checkpoint, cancel): again, first
-            views, step = [self._restart], self._restart.step
+            views, step, proposal = [self._restart], self._restart.step, self._restart.proposal
             self._restart = None
             self._count("proposer/restarted")
         else:
             views, step = list(self.recent), batch.step
+            self.proposals += 1
+            proposal = self.proposals
         view = pool_views(views, step=step, active=active, retired=retired, domain=self.domain,
-                          reference=self.reference)
+                          reference=self.reference, proposal=proposal)
         self.in_flight, self._running = True, view
         self._done, self._scope = anyio.Event(), anyio.CancelScope()  # finish() may cancel it before it starts
         self._count("proposer/started")
@@ -227,7 +232,7 @@ class PenaltyTerm(RewardTerm):
                 "in_flight": _view_state(unfinished) if unfinished else None,
                 "recent": [_view_state(v) for v in self.recent],
                 "reference": [asdict(s) for s in self.reference], "reference_batches": self._reference_batches,
-                "evidence": self.evidence}
+                "evidence": self.evidence, "proposals": self.proposals}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_json(state["buffer"])
@@ -236,6 +241,8 @@ class PenaltyTerm(RewardTerm):
         self.recent.extend(_view_from_state(v) for v in state.get("recent", []))
         self.reference = [ViewSample(**s) for s in state.get("reference", [])]
         self.evidence = state.get("evidence")
+        # older checkpoints: every start counted, restarts too (at worst a share spent twice)
+        self.proposals = int(state.get("proposals", self.totals.get("proposer/started", 0)))
         self._reference_batches = int(state.get("reference_batches", 1 if self.reference else 0))
         pending = state.get("pending") or []
         if isinstance(pending, dict):  # older checkpoints: one candidate, its step apart
@@ -312,11 +319,11 @@ class PenaltyTerm(RewardTerm):
 
 
 def _view_state(v: ProposerView) -> dict[str, Any]:
-    return {"step": v.step, "samples": [asdict(s) for s in v.samples]}
+    return {"step": v.step, "samples": [asdict(s) for s in v.samples], "proposal": v.proposal}
 
 
 def _view_from_state(d: dict[str, Any]) -> ProposerView:
-    return ProposerView(d["step"], [ViewSample(**s) for s in d["samples"]])
+    return ProposerView(d["step"], [ViewSample(**s) for s in d["samples"]], proposal=int(d.get("proposal", 1)))
 
 
 def reply_scores(rollout: Rollout, before: float) -> list[float]:
