@@ -33,8 +33,9 @@ class LexicalConfig(_Section):
     """What `fdr` bounds: `run` (any false discovery over the whole run: later proposals decide at
     smaller levels and need stronger evidence) or `proposal` (each proposal at `fdr`: a run of K
     proposals may raise a false penalty up to K times as often; what the sandbox configs were
-    tuned with). On the discovery benchmark (benchmarks/discovery.py, 48 runs) `proposal` raised
-    a false pattern on 1 of 6 control runs, and 0.12 a planted run."""
+    tuned with). On the discovery benchmark (benchmarks/discovery.py, 48 runs) the code before,
+    per proposal and without `length_floor`, raised a false pattern on 2 of 6 control runs and 0.24
+    a planted run; `run` with the floor on 1 of 6, and 0.14."""
     permutations: int = Field(500, ge=20)
     """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
     detectable_effect: float = Field(1.0, gt=0)
