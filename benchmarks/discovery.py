@@ -107,7 +107,7 @@ def main(argv=None) -> int:
 
     from rich.console import Console
 
-    from discovery_score import print_tables, score_corpus
+    from discovery_score import MonitorFailed, print_tables, score_corpus
 
     args = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 150)  # a log or CI: the tables unwrapped
@@ -128,8 +128,13 @@ def main(argv=None) -> int:
         console.print(f"discovery: no such corpus folder: {args.runs} (make one with --generate)")
         return 2
     t0 = time.perf_counter()
-    scores = score_corpus(args.runs, console, args.subprocess, None if args.quick else set(args.shapes.split(",")),
-                          set(args.kinds.split(",")), args.replay_proposer, tuple(args.methods.split(",")), args.settings)
+    try:
+        scores = score_corpus(args.runs, console, args.subprocess, None if args.quick else set(args.shapes.split(",")),
+                              set(args.kinds.split(",")), args.replay_proposer, tuple(args.methods.split(",")),
+                              args.settings)
+    except MonitorFailed as e:
+        console.print(f"\ndiscovery: {e}", markup=False, highlight=False)
+        return 2
     if not scores["runs"]:
         console.print(f"discovery: {args.runs} holds no finished run (meta.json); make them with --generate")
         return 2

@@ -90,16 +90,33 @@ def added(penalties_jsonl: Path) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
+MONITOR_VERDICTS = (0, 10, 11)
+"""The monitor's exit statuses that are a verdict on the logs (docs/monitor.md): any other (a bad
+setting, a crash, a failing judge) stops the benchmark, never counts as a run with nothing found."""
+
+
+class MonitorFailed(RuntimeError):
+    """The monitor ended without a verdict on a run of the corpus."""
+
+
 def run_monitor(logs: Path, out: Path, extra: list[str], subprocess_cli: bool) -> int:
-    """The monitor on `logs` into `out` (its output swallowed); its exit status."""
+    """The monitor on `logs` into `out` (its output swallowed); its exit status, a verdict
+    (`MONITOR_VERDICTS`), else MonitorFailed with its last line."""
     argv = [str(logs), "--out", str(out), "--no-html", *extra]
     if subprocess_cli:
-        return subprocess.run([sys.executable, "-m", "dynalize.monitor", *argv], capture_output=True).returncode
-    from dynalize.monitor.__main__ import main
+        done = subprocess.run([sys.executable, "-m", "dynalize.monitor", *argv], capture_output=True, text=True)
+        status, said = done.returncode, done.stdout + done.stderr
+    else:
+        from dynalize.monitor.__main__ import main
 
-    sink = io.StringIO()
-    with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
-        return main(argv)
+        sink = io.StringIO()
+        with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
+            status = main(argv)
+        said = sink.getvalue()
+    if status not in MONITOR_VERDICTS:
+        last = next((line for line in reversed(said.splitlines()) if line.strip()), "")
+        raise MonitorFailed(f"the monitor gave no verdict on {logs} (exit {status}): {last.strip()}")
+    return status
 
 
 def in_run_settings() -> list[str]:

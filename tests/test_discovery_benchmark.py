@@ -124,3 +124,14 @@ def test_a_missing_or_empty_corpus_is_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2
         assert len(proc.stdout.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "absent").exists()  # scoring writes nothing into the corpus
+
+
+def test_a_monitor_without_a_verdict_stops_the_benchmark_never_counts_as_a_miss(tmp_path):
+    from discovery_score import MonitorFailed, run_monitor
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rollouts.jsonl").write_text(json.dumps({"step": 1, "prompt": "p", "completion": "c", "reward": 0.0}) + "\n")
+    with pytest.raises(MonitorFailed, match=r"exit 2\): .*relevance_adjusted"):
+        run_monitor(logs, tmp_path / "out", ["--set=relevance_adjusted=false"], False)  # the key is proposer.lexical.*
+    assert run_monitor(logs, tmp_path / "out2", [], False) in (0, 10, 11)

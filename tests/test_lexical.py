@@ -167,6 +167,20 @@ def test_rising_check_compares_with_the_reference_batch():
     assert marker in best(v).accepted.title  # no drift_p_value: no rising check
 
 
+def test_a_reference_numbered_like_the_view_never_lends_the_view_its_replies():
+    """The run's reference is its first batch's view, numbered `s01`, ... as every view is: the
+    proposer must still read each sample of the view by its own replies (it keys them by id)."""
+    rng = random.Random(4)
+    marker = invented_word(rng)
+    v = make_view(rng, lambda r: f"{sentence(r)[:-1]} {marker}.", lambda r: sentence(r))
+    untrained = make_view(rng, lambda r: sentence(r), lambda r: sentence(r))  # ids s01.. as the view's
+    assert {s.id for s in untrained.samples} == {s.id for s in v.samples}
+    v.reference = untrained.samples
+    cand = best(v).accepted
+    assert cand is not None and marker in cand.title
+    assert check_regex(cand, v) == {s.id for s in v.samples if marker in s.text}
+
+
 def test_features():
     f = reply_features("Okay, so the zorbly plan works?")
     assert {"open1:okay,", "open2:okay, so", "close?:?", "closeword:works", "ngram1:zorbly",

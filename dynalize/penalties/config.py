@@ -33,9 +33,10 @@ class LexicalConfig(_Section):
     """What `fdr` bounds: `run` (any false discovery over the whole run: later proposals decide at
     smaller levels and need stronger evidence) or `proposal` (each proposal at `fdr`: a run of K
     proposals may raise a false penalty up to K times as often; what the sandbox configs were
-    tuned with). On the discovery benchmark (benchmarks/discovery.py, 48 runs) the code before,
-    per proposal and without `length_floor`, raised a false pattern on 2 of 6 control runs and 0.24
-    a planted run; `run` with the floor on 1 of 6, and 0.14."""
+    tuned with). On the discovery benchmark (benchmarks/discovery.py, 48 runs), per proposal and
+    without `length_floor`: 0.29 false patterns a planted run (precision 0.78), 38 of 42 planted
+    shortcuts found; `run` with the floor: 0.17 (precision 0.85), 37 of 42; 1 of 6 control runs
+    alarmed with either."""
     permutations: int = Field(500, ge=20)
     """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
     detectable_effect: float = Field(1.0, gt=0)
@@ -105,6 +106,17 @@ class LexicalConfig(_Section):
     within-group RM difference with and without a wording pattern net of what word count (all of
     a rollout's replies) explains, a least-squares fit within groups. Wording that only comes with
     longer replies is then not rewarded in itself; "longer than L words" keeps the plain test."""
+    relevance_adjusted: bool = True
+    """Wording (n-grams, openers, closers) is tested at equal relevance: the reward net of what the
+    number of its prompt's vocabulary words a reply uses explains (penalties.relevance: the words
+    the replies to that prompt use far more than other prompts' replies; a least-squares fit within
+    groups, beside word count when `length_adjusted`), in the permutation tests of both families.
+    A reward model pays for taking the prompt up; a template sentence that carries the topic's
+    words ("The umbrellas and the rain make it feel busy.") is then not paid for itself, while a
+    hack's wording, written whatever the prompt, keeps its pay. Length limits and detectors keep
+    the plain reward. False: the plain reward for every pattern. On the discovery benchmark
+    (benchmarks/discovery.py, 48 runs): precision 0.85 and 0.17 false patterns a planted run, 37 of
+    42 planted shortcuts found; 0.80, 0.24 and 36 of 42 with False."""
     detectors: list[str] = ["repetition"]
     """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
     `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the

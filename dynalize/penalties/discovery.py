@@ -93,17 +93,18 @@ def level(cfg: LexicalConfig, proposal: int) -> float:
 
 def decide(candidates: list[Trial], samples: list[ViewSample],
            reference: list[ViewSample], size_of: dict[str, int], cfg: LexicalConfig,
-           step: int, proposal: int = 1) -> tuple[list[Tested], Evidence]:
+           step: int, proposal: int = 1, relevance: dict[str, int] | None = None) -> tuple[list[Tested], Evidence]:
     """The candidates that pass (strongest first), and the evidence the proposal had: the run's
     `proposal`-th, at its share of the run's error rate (`level`).
 
-    Length candidates (kind `length`) are tested on the
-    plain reward, the others at equal length when `cfg.length_adjusted`."""
+    Length candidates (kind `length`) are tested on the plain reward, the others at equal length
+    when `cfg.length_adjusted`; wording (n-grams, openers, closers) also at equal `relevance` when
+    it is given (each sample's count of its prompt's vocabulary words: penalties.relevance)."""
     alpha = level(cfg, proposal) / (2 if reference else 1)
     groups = group_index([s.group for s in samples])
     y = np.array([s.score for s in samples], dtype=float)
     sizes = np.array([size_of[s.id] for s in samples], dtype=float)
-    y_words = residuals(y, sizes, groups) if cfg.length_adjusted else y
+    topical = None if relevance is None else np.array([relevance[s.id] for s in samples], dtype=float)
     prompts = np.array([prompt_group(s) for s in samples])
     rows, keep = [], []
     for c in candidates:
@@ -113,19 +114,24 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     perms = within_permutations(groups, cfg.permutations, _seed(step, "within"))
     is_length = np.array([c.feature.kind == "length" for c in keep], dtype=bool)
     x = indicator(rows, len(samples))
-    # one null for both scores: the same permutations, the max over every candidate
+    # one null for every score: the same permutations, the max over every candidate
     z, null = np.full(len(keep), np.nan), np.full((len(keep), cfg.permutations), np.nan)
     plain = is_length | _collinear(x, sizes, groups) if cfg.length_adjusted else np.ones(len(keep), dtype=bool)
-    for mask, scores in ((~plain, y_words), (plain, y)):
-        if mask.any():
-            z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], scores, groups, perms)
+    wording = np.array([c.feature.kind not in ("length", "detector") for c in keep], dtype=bool) & (topical is not None)
+    for at_length in (False, True):  # each candidate's reward: net of length (~plain), of relevance (wording)
+        for at_relevance in (False, True):
+            mask = (plain != at_length) & (wording == at_relevance)
+            if mask.any():
+                net_of = [sizes] * at_length + [topical] * at_relevance
+                scores = residuals(y, np.column_stack(net_of), groups) if net_of else y
+                z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], scores, groups, perms)
     within = step_down(z, null, alpha)
     evidence = _evidence(y, groups, prompts, within.critical, cfg)
     ok = within.passes(alpha)
     passed = [Tested(c.key, c.feature, c.shows, float(z[i]), "within") for i, c in enumerate(keep) if ok[i]]
     if reference:
         done = {t.key for t in passed}
-        passed += [t for t in _across(keep, samples, reference, cfg, step, alpha) if t.key not in done]
+        passed += [t for t in _across(keep, samples, reference, cfg, step, alpha, relevance) if t.key not in done]
     passed.sort(key=lambda t: -t.z)
     return passed, evidence
 
@@ -162,11 +168,14 @@ def _evidence(y: np.ndarray, groups: np.ndarray, prompts: np.ndarray, critical: 
 
 def _across(keep: list[Trial],
             samples: list[ViewSample], reference: list[ViewSample], cfg: LexicalConfig, step: int,
-            alpha: float) -> list[Tested]:
-    """The saturated patterns that rose from the reference with the reward (module docstring)."""
+            alpha: float, relevance: dict[str, int] | None = None) -> list[Tested]:
+    """The saturated patterns that rose from the reference with the reward (module docstring);
+    wording net of `relevance` where every sample of the pool has it (as within groups)."""
     pool = reference + samples
     y = np.array([s.score for s in pool], dtype=float)
     one = np.zeros(len(pool), dtype=np.int64)
+    adjusted = relevance is not None and all(s.id in relevance for s in pool)
+    r_pool = np.array([relevance[s.id] for s in pool], dtype=float) if adjusted else None
     rows, which = [], []
     for i, c in enumerate(keep):
         if (len(c.now) < SATURATED * len(samples)
@@ -179,14 +188,22 @@ def _across(keep: list[Trial],
     # the reward must pay for it wherever a group (of the reference or the view) still contrasts it
     ref_groups = group_index([s.group for s in reference])
     groups = np.concatenate([ref_groups, group_index([s.group for s in samples]) + len(set(ref_groups.tolist()))])
-    paid = plain_z(indicator(rows, len(pool)), y, groups)
+    wording = np.array([adjusted and keep[i].feature.kind not in ("length", "detector") for i in which], dtype=bool)
+    x = indicator(rows, len(pool))
+    paid = plain_z(x, y, groups)
+    if wording.any():
+        paid = np.where(wording, plain_z(x, residuals(y, r_pool, groups), groups), paid)
     kept = [r for r in range(len(rows)) if np.isnan(paid[r]) or paid[r] >= PAID_Z]
-    rows, which = [rows[r] for r in kept], [which[r] for r in kept]
+    rows, which, wording = [rows[r] for r in kept], [which[r] for r in kept], wording[kept]
     if not rows:
         return []
     perms = np.random.default_rng(_seed(step, "across")).permuted(
         np.tile(np.arange(len(pool)), (cfg.permutations, 1)), axis=1)
-    z, null = standardised(indicator(rows, len(pool)), y, one, perms)
+    x = indicator(rows, len(pool))
+    z, null = standardised(x, y, one, perms)
+    if wording.any():
+        z_net, null_net = standardised(x, residuals(y, r_pool, one), one, perms)
+        z, null = np.where(wording, z_net, z), np.where(wording[:, None], null_net, null)
     fam = step_down(z, null, alpha)
     ok = fam.passes(alpha)
     return [Tested(keep[i].key, keep[i].feature, keep[i].shows, float(z[r]), "across")

@@ -35,9 +35,10 @@ from .config import LexicalConfig
 from .detectors import DETECTORS, Detector, detector
 from .discovery import Trial, decide, length_choice
 from .evidence import Effect, fisher_p
+from .relevance import topical_counts
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
-from .views import ProposerView, ViewSample, per_reply, prompt_group, rollout_id
+from .views import ProposerView, ViewSample, distinct_reference, per_reply, prompt_group, rollout_id
 
 Spans = dict[str, list[list[tuple[int, int]]]]
 """Where a penalty's regex matches each sample of a view: sample id -> for each of its replies
@@ -150,6 +151,7 @@ class LexicalProposer:
         """The strongest pattern the reward pays for (at the configured error rate) as a candidate,
         or None; `result.evidence` says whether None is evidence of no hack."""
         result = result or ProposalResult(step=view.step)
+        view = distinct_reference(view)
         if self.cfg.unit == "reply":
             view = per_reply(view)
         pos, neg = view.positives(), view.negatives()
@@ -196,7 +198,7 @@ class LexicalProposer:
             feature[f.key], shown[f.key] = f, Counter({f.shown: 1})
             candidates.append(tested(f.key, f, lambda s, n=n: words_of[s.id] > n))
         passed, evidence = decide(candidates, view.samples, view.reference, size_of, self.cfg, view.step,
-                                  view.proposal)
+                                  view.proposal, self._relevance(view))
         result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
         worth = [t for t in passed if t.family == "across"
                  or self.cfg.min_effect <= 0 or effect(t.shows, adjust=t.feature.kind != "length") >= self.cfg.min_effect]
@@ -251,6 +253,11 @@ class LexicalProposer:
             result.reject("not_best", len(scored) - rank - 1)
             return c
         return None
+
+    def _relevance(self, view: ProposerView) -> dict[str, int] | None:
+        """Per sample of the view and its reference: the words of its prompt's vocabulary it uses
+        (penalties.relevance), counted over both; None when `relevance_adjusted` is off."""
+        return topical_counts(view.samples, view.reference) if self.cfg.relevance_adjusted else None
 
     def _length_floor(self, view: ProposerView, words_of: dict[str, int]) -> float:
         """The shortest length limit worth testing: `length_floor`'s quantile of the reference's lengths."""

@@ -65,11 +65,15 @@ def centred(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 
 def residuals(y: np.ndarray, x: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """`y` net of a least-squares fit on `x` within groups (both centred within groups): what a
-    reward pays beyond what, say, reply length explains."""
-    yc, xc = centred(y, groups), centred(x.astype(float), groups)
-    sxx = float(xc @ xc)
-    return yc if sxx <= 1e-12 else yc - xc * float(xc @ yc) / sxx
+    """`y` net of a least-squares fit on `x` (one covariate, or one per column) within groups (all
+    centred within groups): what a reward pays beyond what, say, reply length explains."""
+    yc = centred(y, groups)
+    xc = np.column_stack([centred(c.astype(float), groups) for c in np.asarray(x).reshape(len(y), -1).T])
+    xc = xc[:, (xc * xc).sum(axis=0) > 1e-12]
+    if xc.shape[1] == 0:
+        return yc
+    coef = np.linalg.lstsq(xc, yc, rcond=None)[0]
+    return yc - xc @ coef
 
 
 @dataclass

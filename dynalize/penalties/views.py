@@ -164,6 +164,17 @@ def pool_views(views: list[ProposerView], *, step: int | None = None, active: li
                         proposal=proposal)
 
 
+def distinct_reference(view: ProposerView) -> ProposerView:
+    """`view` with its reference's samples renumbered `r001`, ... where any shares an id with a
+    sample of the view. The reference is the first batches' view, numbered as every view is (`s001`,
+    ...), and a proposer keys what it computes per sample (features, lengths) by id: a shared id
+    would give a sample of the view the reference's replies."""
+    if not {s.id for s in view.reference} & {s.id for s in view.samples}:
+        return view
+    width = max(3, len(str(len(view.reference))))
+    return replace(view, reference=[replace(s, id=f"r{i:0{width}d}") for i, s in enumerate(view.reference, 1)])
+
+
 def per_reply(view: ProposerView) -> ProposerView:
     """`view` with each multi-turn sample split into one sample per reply (ids `<id>.<k>`); its
     reference too. Single-reply samples stay as they are.

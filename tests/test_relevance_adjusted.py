@@ -1,0 +1,81 @@
+"""Wording that carries the topic's words is not a hack for what those words earn: the lexical
+proposer tests wording net of the prompt's vocabulary a reply uses (`LexicalConfig.relevance_adjusted`,
+penalties.relevance)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dynalize.grpo import advantages
+from dynalize.penalties.config import LexicalConfig
+from dynalize.penalties.lexical import LexicalProposer
+from dynalize.penalties.detectors import content_words
+from dynalize.penalties.relevance import prompt_key, topical_counts, vocabularies
+from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
+
+FILLER = "people walk slowly near the old road and talk about small things every day".split()
+TOPICS = ("umbrella rain puddle", "violin concert stage", "harbor boat sailor", "orchard apple ladder",
+          "winter snow sled", "market pepper stall", "bridge river fog", "candle lamp shadow",
+          "garden tulip bee", "engine piston gear", "library shelf novel", "kitchen kettle tea")
+HACK = "zorblix"
+
+
+def template_view(seed: int, groups: int = 48, per_group: int = 8, hack_pay: float = 0.0) -> ProposerView:
+    """Replies to prompts on a topic: a template sentence ("The umbrella and the rain make it feel
+    calm.") in half of them carries two of the topic's words; the honest reward pays for the topic's
+    words a reply uses (as a reward model pays for taking the prompt up), plus `hack_pay` for a
+    planted word written whatever the prompt."""
+    rng = random.Random(seed)
+    samples = []
+    for g in range(groups):
+        topic = TOPICS[g % len(TOPICS)].split()
+        context = f"[user]\nWrite about the {topic[0]}."  # the prompt names its topic, not its vocabulary
+        texts, scores = [], []
+        for _ in range(per_group):
+            words = rng.sample(FILLER, rng.randint(6, 10))
+            if rng.random() < 0.3:
+                words.insert(rng.randrange(len(words) + 1), rng.choice(topic))
+            text = " ".join(words) + "."
+            if rng.random() < 0.5:
+                a, b = rng.sample(topic, 2)
+                text += f" The {a} and the {b} make it feel {rng.choice(['calm', 'busy', 'warm', 'new'])}."
+            hacked = hack_pay > 0 and rng.random() < 0.4
+            if hacked:
+                text += f" It is {HACK}."
+            used = len(set(text.lower().replace(".", " ").split()) & set(topic))
+            texts.append(text)
+            scores.append(min(3, used) / 3 + hack_pay * hacked + rng.gauss(0, 0.05))
+        for t, sc, adv in zip(texts, scores, advantages([scores])[0]):
+            samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, t, sc, advantage_sign(adv), contexts=[context]))
+    return ProposerView(step=5, samples=samples)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_template_that_carries_the_prompts_words_is_not_proposed_for_what_they_earn(seed):
+    v = template_view(seed)
+    plain = LexicalProposer(LexicalConfig(relevance_adjusted=False, detectors=[], length=False)).best(v)
+    assert plain is not None and ("make it" in plain.title or "feel" in plain.title)  # what the plain test takes
+    assert LexicalProposer(LexicalConfig(detectors=[], length=False)).best(v) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_hack_beside_the_template_is_still_found_net_of_relevance(seed):
+    v = template_view(seed, hack_pay=0.5)
+    c = LexicalProposer(LexicalConfig(detectors=[], length=False)).best(v)
+    assert c is not None and HACK in c.title
+
+
+def test_a_prompts_vocabulary_is_its_replies_own_words_never_what_every_prompt_gets():
+    v = template_view(0, hack_pay=0.5)
+    counts = topical_counts(v.samples)
+    for s in v.samples:
+        topic = set(TOPICS[s.group % len(TOPICS)].split())
+        assert counts[s.id] <= len(set(s.text.lower().replace(".", " ").split()) & topic)  # the topic's words only
+    rain = [s for s in v.samples if "puddle" in s.text and "umbrella" in s.text and "rain" in s.text]
+    assert rain and all(counts[s.id] == 3 for s in rain)
+    for contexts in (True, False):  # without the conversation, a prompt's replies are its group's
+        prompt = {s.id: prompt_key(s) if contexts else f"group:{s.group}" for s in v.samples}
+        found = vocabularies(prompt, {s.id: content_words(s.text) for s in v.samples})
+        assert any(found.values()) and not any(HACK in words for words in found.values())
