@@ -33,10 +33,10 @@ class LexicalConfig(_Section):
     """What `fdr` bounds: `run` (any false discovery over the whole run: later proposals decide at
     smaller levels and need stronger evidence) or `proposal` (each proposal at `fdr`: a run of K
     proposals may raise a false penalty up to K times as often; what the multi-turn and
-    learned-RM sandbox configs keep). On the discovery benchmark (benchmarks/discovery.py, 48 runs), per proposal and
-    without `length_floor`: 0.29 false patterns a planted run (precision 0.78), 38 of 42 planted
-    shortcuts found; `run` with the floor: 0.17 (precision 0.85), 37 of 42; 1 of 6 control runs
-    alarmed with either."""
+    learned-RM sandbox configs keep). On the discovery benchmark (benchmarks/discovery.py, 48
+    runs), per proposal and without `length_floor`: 0.29 false patterns a planted run (precision
+    0.78), 38 of 42 planted shortcuts found; `run` with the floor: 0.17 (precision 0.85), 37 of
+    42; 1 of 6 control runs alarmed with either."""
     permutations: int = Field(500, ge=20)
     """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
     detectable_effect: float = Field(1.0, gt=0)

@@ -6,7 +6,9 @@ far more often than the replies to other prompts (`TOPICAL_ALPHA`: "umbrellas" a
 replies about the rain, which only names the rain). A hack's wording, written whatever the prompt,
 is nobody's vocabulary; a template sentence that carries the topic's words ("The umbrellas and the
 rain make it feel busy.") is paid for those words, which this count holds fixed. It reads texts
-and prompts only, never rewards, so the permutation tests stay exact under it.
+and prompts only, never rewards, so nothing is chosen by the rewards; the permutations then shuffle
+the rewards net of it within groups, as for `length_adjusted` (exact for the plain reward, close to
+exact net of a covariate).
 """
 
 from __future__ import annotations
