@@ -32,8 +32,8 @@ class LexicalConfig(_Section):
     fdr_scope: Literal["run", "proposal"] = "run"
     """What `fdr` bounds: `run` (any false discovery over the whole run: later proposals decide at
     smaller levels and need stronger evidence) or `proposal` (each proposal at `fdr`: a run of K
-    proposals may raise a false penalty up to K times as often; what the multi-turn and
-    learned-RM sandbox configs keep). On the discovery benchmark (benchmarks/discovery.py, 48
+    proposals may raise a false penalty up to K times as often; what the learned-RM sandbox
+    config keeps). On the discovery benchmark (benchmarks/discovery.py, 48
     runs), per proposal and without `length_floor`: 0.29 false patterns a planted run (precision
     0.78), 38 of 42 planted shortcuts found; `run` with the floor: 0.17 (precision 0.85), 37 of
     42; 1 of 6 control runs alarmed with either."""
