@@ -22,6 +22,10 @@ TOPICS = ("umbrella rain puddle", "violin concert stage", "harbor boat sailor", 
 HACK = "zorblix"
 
 
+def words_of(text: str) -> set[str]:
+    return set(text.lower().replace(".", " ").split())
+
+
 def template_view(seed: int, groups: int = 48, per_group: int = 8, hack_pay: float = 0.0) -> ProposerView:
     """Replies to prompts on a topic: a template sentence ("The umbrella and the rain make it feel
     calm.") in half of them carries two of the topic's words; the honest reward pays for the topic's
@@ -44,7 +48,7 @@ def template_view(seed: int, groups: int = 48, per_group: int = 8, hack_pay: flo
             hacked = hack_pay > 0 and rng.random() < 0.4
             if hacked:
                 text += f" It is {HACK}."
-            used = len(set(text.lower().replace(".", " ").split()) & set(topic))
+            used = len(words_of(text) & set(topic))
             texts.append(text)
             scores.append(min(3, used) / 3 + hack_pay * hacked + rng.gauss(0, 0.05))
         for t, sc, adv in zip(texts, scores, advantages([scores])[0]):
@@ -72,7 +76,7 @@ def test_a_prompts_vocabulary_is_its_replies_own_words_never_what_every_prompt_g
     counts = topical_counts(v.samples)
     for s in v.samples:
         topic = set(TOPICS[s.group % len(TOPICS)].split())
-        assert counts[s.id] <= len(set(s.text.lower().replace(".", " ").split()) & topic)  # the topic's words only
+        assert counts[s.id] <= len(words_of(s.text) & topic)  # the topic's words only
     rain = [s for s in v.samples if "puddle" in s.text and "umbrella" in s.text and "rain" in s.text]
     assert rain and all(counts[s.id] == 3 for s in rain)
     for contexts in (True, False):  # without the conversation, a prompt's replies are its group's

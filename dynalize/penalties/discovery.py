@@ -82,6 +82,12 @@ class Tested:
     """`within` (a contrast within groups) or `across` (risen with the reward across steps)."""
 
 
+def _wording(candidates: list[Trial]) -> np.ndarray:
+    """Per candidate: whether it is wording (an n-gram, opener or closer), what relevance adjusts;
+    length limits and detectors keep the plain reward."""
+    return np.array([c.feature.kind not in ("length", "detector") for c in candidates], dtype=bool)
+
+
 def _seed(step: int, what: str) -> int:
     return zlib.crc32(f"{what}:{step}".encode())
 
@@ -117,7 +123,7 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     # one null for every score: the same permutations, the max over every candidate
     z, null = np.full(len(keep), np.nan), np.full((len(keep), cfg.permutations), np.nan)
     plain = is_length | _collinear(x, sizes, groups) if cfg.length_adjusted else np.ones(len(keep), dtype=bool)
-    wording = np.array([c.feature.kind not in ("length", "detector") for c in keep], dtype=bool) & (topical is not None)
+    wording = _wording(keep) & (topical is not None)
     for at_length in (False, True):  # each candidate's reward: net of length (~plain), of relevance (wording)
         for at_relevance in (False, True):
             mask = (plain != at_length) & (wording == at_relevance)
@@ -188,7 +194,7 @@ def _across(keep: list[Trial],
     # the reward must pay for it wherever a group (of the reference or the view) still contrasts it
     ref_groups = group_index([s.group for s in reference])
     groups = np.concatenate([ref_groups, group_index([s.group for s in samples]) + len(set(ref_groups.tolist()))])
-    wording = np.array([adjusted and keep[i].feature.kind not in ("length", "detector") for i in which], dtype=bool)
+    wording = _wording([keep[i] for i in which]) & adjusted
     x = indicator(rows, len(pool))
     paid = plain_z(x, y, groups)
     if wording.any():
