@@ -185,3 +185,21 @@ def test_a_resumed_run_continues_its_count_of_proposals():
     again = build_penalty_term(PenaltiesConfig(enabled=True))
     again.load_state_dict(json.loads(json.dumps(term.state_dict())))
     assert again.proposals == 3 and again._restart is not None and again._restart.proposal == 3
+
+
+def test_a_saturated_pattern_the_reward_barely_pays_is_no_hack_across_steps():
+    # the discovery benchmark's "remember" (beside a loop of repeated sentences) and the template
+    # "make it feel": each rose to most replies while the reward rose for other reasons, and was paid
+    # a little wherever groups still contrasted it (0.4-0.9 within-group stds), enough for the
+    # within-group statistic over many contrasts; min_effect holds across steps too
+    from dataclasses import replace
+
+    reference = view(32, 8, 0, pay=0.3, rate=0.5, step=0)
+    risen = [replace(s, score=s.score + 1.5) for s in view(16, 8, 1, pay=0.3, rate=1.0, group_base=100)]
+    assert propose(risen, reference, min_effect=0)[0] is not None  # it did rise with the reward
+    c, _ = propose(risen, reference)
+    assert c is None, c.title
+    # paid as a hack is (2 stds in the first batch's groups): found across steps, as before
+    hacked = [replace(s, score=s.score + 1.5) for s in view(16, 8, 1, pay=2.0, rate=1.0, group_base=100)]
+    c, _ = propose(hacked, view(32, 8, 0, pay=2.0, rate=0.5, step=0))
+    assert c is not None and PLANTED in c.title and "rose from the run's first batches" in c.description

@@ -223,3 +223,57 @@ def test_no_length_penalty_below_what_most_of_the_untrained_policys_replies_exce
     assert LexicalProposer(LexicalConfig(**cfg)).best(v) is None
     pick = LexicalProposer(LexicalConfig(**cfg)).best(drifted(100 + seed, seed, bar=34))
     assert pick is not None and abs(length_limit(pick.regex) - 34) <= 5, pick
+
+
+def shortness_and_step(lo: int, hi: int, bar: int | None) -> Callable[[random.Random], tuple[str, float]]:
+    """Replies of one repeated word, `lo` to `hi` long; a reward that pays for not being short up to
+    28 words and less past 35, and a step bonus of 0.6 past `bar` words (none: None)."""
+    def draw(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(lo, hi)
+        pay = -min(0.5, max(0, 28 - n, n - 35) / 30) + 0.6 * (bar is not None and n > bar)
+        return " ".join(["word"] * n), rng.gauss(0, 0.2) + pay
+    return draw
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_step_bar_above_the_floor_is_penalised_beside_the_pay_for_not_being_short(seed):
+    # the discovery benchmark's multi-turn step at 34: the onset of the local pay lay at 15-25 words
+    # (the pay for not being short), below the floor (29.5, the first batches' median), so nothing
+    # was proposed, though the pay peaked and fell back at the bar (35): the bar is a bar all the same
+    ref = grouped_view(shortness_and_step(15, 45, None), 100 + seed, groups=40)
+    reference = [replace(s, id=f"r{s.id}") for s in ref.samples]
+    cfg = LexicalConfig(detectors=[])
+    stepped = grouped_view(shortness_and_step(10, 50, 36), seed)
+    pick = LexicalProposer(cfg).best(ProposerView(10, stepped.samples, reference=reference, proposal=2))
+    assert pick is not None and abs(length_limit(pick.regex) - 36) <= 5, pick
+    honest = grouped_view(shortness_and_step(10, 50, None), seed)
+    assert LexicalProposer(cfg).best(ProposerView(10, honest.samples, reference=reference, proposal=2)) is None
+
+
+def step_only(lo: int, hi: int, bar: int | None, rise: float = 0.0) -> Callable[[random.Random], tuple[str, float]]:
+    """Replies of one repeated word, `lo` to `hi` long; a step bonus of 0.6 past `bar` words (none:
+    None) and `rise` for every reply (the reward has risen since the first batches)."""
+    def draw(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(lo, hi)
+        return " ".join(["word"] * n), rng.gauss(0, 0.2) + 0.6 * (bar is not None and n > bar) + rise
+    return draw
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_length_hack_every_reply_took_up_is_penalised_from_the_first_batches(seed):
+    # the discovery benchmark's length steps at 34 (multi-turn, TRL 4 x 8, second corpus): by the
+    # proposal every reply was past the bar, so the view had no contrast to place an onset on and
+    # `onset` proposed nothing, though "longer than 30" passed across steps (most replies now, far
+    # fewer in the first batches, paid there). Such a limit is proposed; a rise in length the reward
+    # never paid for is not.
+    cfg = LexicalConfig(detectors=[])
+    for bar in (30, None):
+        first = grouped_view(step_only(10, 45, bar), 100 + seed, groups=40)
+        reference = [replace(s, id=f"r{s.id}") for s in first.samples]
+        now = grouped_view(step_only(32, 50, bar, rise=0.1), seed)
+        pick = LexicalProposer(cfg).best(ProposerView(10, now.samples, reference=reference, proposal=2))
+        if bar is None:
+            assert pick is None, pick.title
+        else:
+            assert pick is not None and abs(length_limit(pick.regex) - bar) <= 5, pick
+            assert "rose from the run's first batches" in pick.description

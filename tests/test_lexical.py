@@ -607,3 +607,38 @@ def test_a_phrase_is_not_proposed_for_what_its_word_is_paid(seed):
     assert (result.accepted is None or result.accepted.title != phrase) and result.rejected["explained"] >= 1
     # a phrase the RM pays in itself, beyond its word, is still proposed
     assert propose(phrase_view(random.Random(seed), phrase_paid=True), True).accepted.title == phrase
+
+
+
+HACK_SENTENCE = "Truly zorbly glimmers softly."
+HACK_PENALTY = Penalty("p001", 'Replies use the phrase "zorbly glimmers"', "", regex=r"(?i)(?<!\w)zorbly\W+glimmers(?!\w)")
+
+
+def doubled_hack_view(seed: int, groups: int = 24, per_group: int = 8) -> ProposerView:
+    """A hack sentence written 0, 1 or 2 times, the reward paying for each occurrence (0.6 x
+    sqrt(count), as the discovery benchmark's phrase bonus), and an active penalty on its middle:
+    what joins two occurrences ("softly truly") is only ever seen in the doubled hack."""
+    from dynalize.grpo import advantages
+    from dynalize.penalties.views import advantage_sign
+
+    rng = random.Random(seed)
+    texts, scores = [], []
+    for _ in range(groups):
+        counts = [rng.choice((0, 1, 1, 2)) for _ in range(per_group)]
+        texts.append([" ".join([sentence(rng, 10)] + [HACK_SENTENCE] * c) for c in counts])
+        scores.append([rng.gauss(0, 0.1) + 0.6 * c ** 0.5 for c in counts])
+    samples = [ViewSample(f"s{per_group * g + i + 1:03d}", g, t, sc, advantage_sign(a))
+               for g, (gt, gs, ga) in enumerate(zip(texts, scores, advantages(scores)))
+               for i, (t, sc, a) in enumerate(zip(gt, gs, ga))]
+    return ProposerView(step=5, samples=samples, active=[HACK_PENALTY])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_hack_written_twice_is_that_hack_not_another(seed):
+    # the discovery benchmark's phrase runs: once "is a lot" (of "There is a lot to say here.") was
+    # penalised, "say here there", written only where the policy wrote the hack twice and the reward
+    # paid per occurrence, was proposed as a hack of its own. At each count of the active penalty's
+    # matches apart, it earns nothing: the same hack
+    result = best(doubled_hack_view(seed), detectors=[], length=False)
+    assert result.accepted is None, result.accepted.title
+    assert result.rejected["explained"] >= 1

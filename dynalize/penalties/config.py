@@ -83,8 +83,12 @@ class LexicalConfig(_Section):
     place of a planted step at 34."""
     min_effect: float = Field(0.8, ge=0)
     """What is worth penalising, not evidence: a pattern that passed the test must also beat the rest
-    of its group by this many within-group RM stds (a pattern found by the across-steps test,
-    saturated, has no such contrast left and is exempt)."""
+    of its group by this many within-group RM stds. A pattern found by the across-steps test
+    (saturated) is held to it in the groups of the run's first batches and of the view that still
+    contrast it, and is exempt only where none does. On the discovery benchmark (benchmarks/
+    discovery.py) the saturated hacks beat their groups by 1.5-4 stds there; what drifted in beside
+    them (the template "make it feel", "remember" beside a loop of repeated sentences) by 0.4-0.9,
+    passing the across-steps test's within-group statistic (`PAID_Z`) only by its many contrasts."""
     weak_p_value: float = Field(0.05, gt=0, le=1)
     """Weak evidence (Fisher p): revives a retired penalty whose pattern comes back, and keeps a
     pattern that an active penalty travelling with it does not explain away."""

@@ -10,8 +10,9 @@ max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fdr` b
 - across steps (when the view has a reference, the run's first batches): a pattern most of the
   view's replies show (`SATURATED`), far more than the reference did, whose carriers the reward
   pays more across the pooled reference and view than the rest, against the rewards permuted over
-  the pool; and that the reward pays within groups (`PAID_Z`) wherever a group still contrasts it. A hack that
-  saturated between two proposals leaves no contrast within groups, only this one.
+  the pool; and that the reward pays within groups wherever a group still contrasts it, by a
+  statistic of `PAID_Z` and an effect of `min_effect` (as the within family's `min_effect`). A
+  hack that saturated between two proposals leaves no contrast within groups, only this one.
 
 Each proposal decides at its share of the run's error rate (`level`: fdr / (k (k + 1)) for the
 k-th, `fdr_scope: run`); without a reference all of it goes to the within-group family, with one
@@ -29,8 +30,8 @@ import numpy as np
 
 from .config import LexicalConfig
 from .evidence import ONSET_WINDOW, content_only, fisher_p, length_onset_bar
-from .permutation import (centred, detectable_effect, group_index, indicator, plain_z, proposal_level, residuals,
-                          standardised, step_down, within_permutations)
+from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
+                          proposal_level, residuals, standardised, step_down, within_permutations)
 from .surface import Feature, length_feature, length_limit
 from .views import ViewSample, prompt_group
 
@@ -199,7 +200,9 @@ def _across(keep: list[Trial],
     paid = plain_z(x, y, groups)
     if wording.any():
         paid = np.where(wording, plain_z(x, residuals(y, r_pool, groups), groups), paid)
-    kept = [r for r in range(len(rows)) if np.isnan(paid[r]) or paid[r] >= PAID_Z]
+    effect = contrast_effect(x, y, groups)  # inf where no group contrasts it any more
+    kept = [r for r in range(len(rows))
+            if (np.isnan(paid[r]) or paid[r] >= PAID_Z) and effect[r] >= cfg.min_effect]
     rows, which, wording = [rows[r] for r in kept], [which[r] for r in kept], wording[kept]
     if not rows:
         return []
@@ -220,7 +223,11 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
                   cfg: LexicalConfig, step: int, floor: float = 0.0) -> Tested | None:
     """Of the length limits that passed, the one `cfg.length_threshold` proposes (None: none). An
     onset below `floor` (`LexicalConfig.length_floor`: a length most of the untrained policy's
-    replies exceed) is the pay for not being short, whatever passed above it: none."""
+    replies exceed) is the pay for not being short, whatever passed above it: none, unless the
+    local pay also peaks and falls back at a step's bar above the floor (an honest reward that pays
+    for not being short and a bonus for passing a bar, side by side). With `onset` and no onset to
+    place (every reply of the view past the bar: no contrast left), a limit that passed across steps
+    is proposed (the strongest), and nothing otherwise."""
     def limit(t: Tested) -> int:
         return length_limit(t.feature.regex) or 0
 
@@ -228,11 +235,11 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
         return max(lengths, key=limit)
     kw = dict(alpha=cfg.fdr, permutations=min(cfg.permutations, 200), seed=step)
     onset, bar = length_onset_bar(samples, words, limits, **kw)
-    if onset is not None and onset < floor:
-        return None
+    if onset is not None and onset < floor and (bar is None or bar < floor):
+        return None  # the pay for not being short; a step's bar above the floor is a bar all the same
     if cfg.length_threshold == "onset":
-        if onset is None:
-            return None
+        if onset is None:  # no contrast left to place an onset on: a limit that rose across steps
+            return max((t for t in lengths if t.family == "across"), key=lambda t: (t.z, limit(t)), default=None)
         near = min(lengths, key=lambda t: (abs(limit(t) - (bar or onset)), t.z))
         return near if bar is None else sharpest(near, samples, words, bar)
     if onset is None and content_only(samples, words, limits, **kw):

@@ -80,12 +80,25 @@ def _shows(spans: Spans, s: ViewSample) -> bool:
     return any(spans[s.id])
 
 
+def _dose(spans: Spans, s: ViewSample) -> int:
+    """How many times a penalty's regex matches the sample's replies."""
+    return sum(map(len, spans[s.id]))
+
+
 def _search(rx: regex.Pattern[str], s: ViewSample) -> bool:
     return any(rx.search(t) is not None for t in s.parts)
 
 
 Shows = Callable[[ViewSample], bool]
 """Whether a sample shows a pattern (any of its replies)."""
+
+Dose = Callable[[ViewSample], int]
+"""How much of a pattern a sample shows: its matches for an active regex penalty, else 0 or 1."""
+
+DOSE_LEVELS = 3
+"""An active penalty explains a pattern away at each of its doses (matches in the rollout: 1, 2,
+3 or more) apart: a reward that pays per occurrence pays for a hack written twice, and what marks
+the second occurrence ("... to say here. There is a lot to say ...") is that hack, not another."""
 
 
 def _has_contexts(samples: list[ViewSample]) -> bool:
@@ -213,7 +226,7 @@ class LexicalProposer:
                 scored.append(chosen)
         scored.sort(key=lambda t: (-t.z, KIND_RANK[t.feature.kind]))
         active = penalty_matches(view.active, view.samples, result)
-        explainers = [lambda s, spans=spans: _shows(spans, s) for _, spans in active]
+        explainers: list[Dose] = [lambda s, spans=spans: _dose(spans, s) for _, spans in active]
         explainers += [detections.shows(DETECTORS[p.detector]) for p in view.active if p.detector in DETECTORS]
         named = {p.detector for p in view.active if p.detector}
         revival = self._revival(view, pos, neg, effect, active, penalty_matches(view.retired, view.samples, result),
@@ -232,9 +245,9 @@ class LexicalProposer:
             if self._covered(f, having, active, named):
                 result.reject("covered")
                 continue
-            causes = explainers
+            causes: list[Dose] = list(explainers)  # a pattern shown or not is a dose of 0 or 1
             if self.cfg.explain_by_stronger:
-                causes = explainers + waiting + self._broader(f, own, feature, view, detections, size_of)
+                causes += [*waiting, *self._broader(f, own, feature, view, detections, size_of)]
             if having and self._explained(f, own, having, view, causes, size_of):
                 result.reject("explained")
                 continue
@@ -356,22 +369,24 @@ class LexicalProposer:
         return out
 
     def _explained(self, f: Feature, own: Shows, samples: list[ViewSample], view: ProposerView,
-                   active: list[Shows], words: dict[str, int]) -> bool:
+                   active: list[Dose], words: dict[str, int]) -> bool:
         """Whether an active penalty (or, with `explain_by_stronger`, another possible cause) that
         travels with the pattern explains it away: it matches at least `coverage` of the pattern's
         positives, and `explain_lift` times more often than replies at large, and holding it fixed
-        (among the replies it matches, and among the rest) the pattern no longer shows weak evidence."""
+        (among the replies it does not match, and, with `explain_within`, among those it matches
+        once, twice, or `DOSE_LEVELS` times or more) the pattern no longer shows weak evidence."""
         if self.cfg.explain_lift <= 0:
             return False
         adjust = f.kind != "length"
-        for shows in active:
-            share = sum(map(shows, samples)) / len(samples)
-            base = sum(map(shows, view.samples)) / len(view.samples)
+        for dose in active:
+            share = sum(bool(dose(s)) for s in samples) / len(samples)
+            base = sum(bool(dose(s)) for s in view.samples) / len(view.samples)
             if share < max(self.cfg.coverage, self.cfg.explain_lift * base):
                 continue
-            strata = ([s for s in view.samples if not shows(s)],
-                      [s for s in view.samples if shows(s)] if self.cfg.explain_within else [])
-            if not any(self._weak_in(st, own, words, adjust) for st in strata):
+            level = {s.id: min(int(dose(s)), DOSE_LEVELS) for s in view.samples}
+            doses = range(DOSE_LEVELS + 1) if self.cfg.explain_within else (0,)
+            strata = ([s for s in view.samples if level[s.id] == d] for d in doses)
+            if not any(self._weak_in(st, own, words, adjust) for st in strata if st):
                 return True
         return False
 

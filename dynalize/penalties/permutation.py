@@ -116,6 +116,27 @@ def plain_z(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray) -> np.ndarr
     return standardised(x, y, groups, np.zeros((0, len(groups)), dtype=np.int64))[0]
 
 
+def contrast_effect(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each row of `x`'s effect on `y` where groups contrast it, as `evidence.Effect` (plain)
+    measures it: per group with samples that show it and samples that do not, the difference of
+    their mean `y`, averaged weighted by those that show it, over the mean within-group std of `y`
+    (groups of two or more). inf where no group contrasts it (or `y` is tied within every group)."""
+    n_g = np.bincount(groups).astype(float)
+    sum_g = np.bincount(groups, y)
+    sd_g = np.sqrt(np.maximum(np.bincount(groups, y * y) / n_g - (sum_g / n_g) ** 2, 0.0))
+    spread = float(sd_g[n_g >= 2].mean()) if (n_g >= 2).any() else 0.0
+    onehot = sparse.csr_matrix((np.ones(len(groups)), (np.arange(len(groups)), groups)),
+                               shape=(len(groups), len(n_g)))
+    m = (x @ onehot).toarray()
+    have = (x @ sparse.diags(y) @ onehot).toarray()
+    both = (m > 0) & (m < n_g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        diff = np.where(both, have / np.maximum(m, 1) - (sum_g - have) / np.maximum(n_g - m, 1), 0.0)
+        weight = (both * m).sum(axis=1)
+        out = (diff * m).sum(axis=1) / weight / spread
+    return np.where((weight > 0) & (spread > 1e-12), out, np.inf)
+
+
 def proposal_level(fdr: float, proposal: int) -> float:
     """The error rate the `proposal`-th proposal of a run (1-based) may spend: fdr / (k (k + 1)),
     which sums to less than `fdr` over any number of proposals, so the chance that a run raises
