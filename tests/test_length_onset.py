@@ -277,3 +277,34 @@ def test_a_length_hack_every_reply_took_up_is_penalised_from_the_first_batches(s
         else:
             assert pick is not None and abs(length_limit(pick.regex) - bar) <= 5, pick
             assert "rose from the run's first batches" in pick.description
+
+
+def steep_shortness_and_ramp(start: int | None, lo: int = 8,
+                             hi: int = 60) -> Callable[[random.Random], tuple[str, float]]:
+    """Replies of one repeated word, `lo` to `hi` long; a reward that pays steeply for not being
+    short (up to 1.0 over the 20 words before 28) and a ramp of 0.6 over the 25 words past `start`."""
+    def draw(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(lo, hi)
+        ramp = min(25, max(0, n - start)) / 25 * 0.6 if start is not None else 0.0
+        return " ".join(["word"] * n), rng.gauss(0, 0.2) - min(1.0, max(0, 28 - n) / 20) + ramp
+    return draw
+
+
+def test_what_is_paid_past_the_floor_is_looked_for_among_the_replies_past_it():
+    # the pay for not being short put the onset below the floor (the first batches' median, 30) on
+    # every view, so a ramp from 32 was never proposed; among the replies past the floor it shows,
+    # and the honest reward alone still gets nothing (the discovery benchmark's second corpus: two
+    # ramps found at the first proposal rather than the second)
+    found = []
+    for seed in range(6):
+        first = grouped_view(steep_shortness_and_ramp(None, 15, 45), 100 + seed, groups=40)
+        reference = [replace(s, id=f"r{s.id}") for s in first.samples]
+        for start in (32, None):
+            now = grouped_view(steep_shortness_and_ramp(start), seed)
+            pick = LexicalProposer(LexicalConfig(detectors=[])).best(
+                ProposerView(10, now.samples, reference=reference, proposal=2))
+            if start is None:
+                assert pick is None, pick.title
+            elif pick is not None:
+                found.append(length_limit(pick.regex))
+    assert len(found) >= 5 and all(32 <= lim <= 40 for lim in found), found

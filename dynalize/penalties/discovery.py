@@ -225,9 +225,10 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
     onset below `floor` (`LexicalConfig.length_floor`: a length most of the untrained policy's
     replies exceed) is the pay for not being short, whatever passed above it: none, unless the
     local pay also peaks and falls back at a step's bar above the floor (an honest reward that pays
-    for not being short and a bonus for passing a bar, side by side). With `onset` and no onset to
-    place (every reply of the view past the bar: no contrast left), a limit that passed across steps
-    is proposed (the strongest), and nothing otherwise."""
+    for not being short and a bonus for passing a bar, side by side), or, looked for again among the
+    replies past the floor alone (where that pay is gone), an onset shows there. With `onset` and no
+    onset to place (every reply of the view past the bar: no contrast left), a limit that passed
+    across steps is proposed (the strongest), and nothing otherwise."""
     def limit(t: Tested) -> int:
         return length_limit(t.feature.regex) or 0
 
@@ -235,8 +236,14 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
         return max(lengths, key=limit)
     kw = dict(alpha=cfg.fdr, permutations=min(cfg.permutations, 200), seed=step)
     onset, bar = length_onset_bar(samples, words, limits, **kw)
-    if onset is not None and onset < floor and (bar is None or bar < floor):
-        return None  # the pay for not being short; a step's bar above the floor is a bar all the same
+    if floor > 0 and (onset is None or onset < floor) and (bar is None or bar < floor):
+        # the pay for not being short hides what is paid past the floor: look among the replies past it
+        above = [s for s in samples if words[s.id] >= floor]
+        onset_above, bar_above = length_onset_bar(above, words, [lim for lim in limits if lim >= floor], **kw)
+        if onset_above is not None:
+            onset, bar = onset_above, bar_above
+        elif onset is not None:
+            return None  # the pay for not being short, and nothing past the floor
     if cfg.length_threshold == "onset":
         if onset is None:  # no contrast left to place an onset on: a limit that rose across steps
             return max((t for t in lengths if t.family == "across"), key=lambda t: (t.z, limit(t)), default=None)
