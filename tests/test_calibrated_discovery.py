@@ -203,3 +203,23 @@ def test_a_saturated_pattern_the_reward_barely_pays_is_no_hack_across_steps():
     hacked = [replace(s, score=s.score + 1.5) for s in view(16, 8, 1, pay=2.0, rate=1.0, group_base=100)]
     c, _ = propose(hacked, view(32, 8, 0, pay=2.0, rate=0.5, step=0))
     assert c is not None and PLANTED in c.title and "rose from the run's first batches" in c.description
+
+
+def test_the_across_steps_effect_is_the_effect_min_effect_reads_within_groups():
+    # min_effect means one thing in both families: contrast_effect (vectorised, for the across-steps
+    # family) equals evidence.Effect (the within family's) on the same samples and patterns
+    import numpy as np
+
+    from dynalize.penalties.evidence import Effect
+    from dynalize.penalties.permutation import contrast_effect, group_index, indicator
+
+    samples = view(12, 8, 3, pay=0.7, rate=0.4)
+    rng = random.Random(3)
+    rows = [[i for i in range(len(samples)) if rng.random() < share] for share in (0.1, 0.5, 0.9)]
+    rows.append([i for i, s in enumerate(samples) if PLANTED in s.text])
+    rows.append([i for i, s in enumerate(samples) if s.group == 0])  # one group, all of it: no contrast
+    got = contrast_effect(indicator(rows, len(samples)), np.array([s.score for s in samples]),
+                          group_index([s.group for s in samples]))
+    effect = Effect(samples)
+    want = [effect(lambda s, r=set(r): samples.index(s) in r) for r in rows]
+    assert np.allclose(got[:-1], want[:-1]) and got[-1] == want[-1] == float("inf")

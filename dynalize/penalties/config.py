@@ -33,10 +33,10 @@ class LexicalConfig(_Section):
     """What `fdr` bounds: `run` (any false discovery over the whole run: later proposals decide at
     smaller levels and need stronger evidence) or `proposal` (each proposal at `fdr`: a run of K
     proposals may raise a false penalty up to K times as often; what the learned-RM sandbox
-    config keeps). On the discovery benchmark (benchmarks/discovery.py, 48
-    runs), per proposal and without `length_floor`: 0.29 false patterns a planted run (precision
-    0.78), 38 of 42 planted shortcuts found; `run` with the floor: 0.17 (precision 0.85), 37 of
-    42; 1 of 6 control runs alarmed with either."""
+    config keeps). On the discovery benchmark (benchmarks/discovery.py, the 48 runs of
+    2026-12-02, the code of that day), per proposal and without `length_floor`: 0.29 false
+    patterns a planted run (precision 0.78), 38 of 42 planted shortcuts found; `run` with the
+    floor: 0.17 (precision 0.85), 37 of 42; 1 of 6 control runs alarmed with either."""
     permutations: int = Field(500, ge=20)
     """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
     detectable_effect: float = Field(1.0, gt=0)
@@ -119,8 +119,9 @@ class LexicalConfig(_Section):
     words ("The umbrellas and the rain make it feel busy.") is then not paid for itself, while a
     hack's wording, written whatever the prompt, keeps its pay. Length limits and detectors keep
     the plain reward. False: the plain reward for every pattern. On the discovery benchmark
-    (benchmarks/discovery.py, 48 runs): precision 0.85 and 0.17 false patterns a planted run, 37 of
-    42 planted shortcuts found; 0.80, 0.24 and 36 of 42 with False."""
+    (benchmarks/discovery.py, the 48 runs of 2026-12-02, the code of that day): precision 0.85
+    and 0.17 false patterns a planted run, 37 of 42 planted shortcuts found; 0.80, 0.24 and 36 of
+    42 with False."""
     detectors: list[str] = ["repetition"]
     """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
     `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the
