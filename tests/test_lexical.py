@@ -611,7 +611,8 @@ def test_a_phrase_is_not_proposed_for_what_its_word_is_paid(seed):
 
 
 HACK_SENTENCE = "Truly zorbly glimmers softly."
-HACK_PENALTY = Penalty("p001", 'Replies use the phrase "zorbly glimmers"', "", regex=r"(?i)(?<!\w)zorbly\W+glimmers(?!\w)")
+HACK_PENALTY = Penalty("p001", 'Replies use the phrase "zorbly glimmers"', "",
+                       regex=r"(?i)(?<!\w)zorbly\W+glimmers(?!\w)")
 
 
 def doubled_hack_view(seed: int, groups: int = 24, per_group: int = 8) -> ProposerView:
