@@ -379,11 +379,11 @@ class LexicalProposer:
             return False
         adjust = f.kind != "length"
         for dose in active:
-            share = sum(bool(dose(s)) for s in samples) / len(samples)
-            base = sum(bool(dose(s)) for s in view.samples) / len(view.samples)
+            level = {s.id: min(int(dose(s)), DOSE_LEVELS) for s in view.samples}  # `samples` are among them
+            share = sum(level[s.id] > 0 for s in samples) / len(samples)
+            base = sum(lv > 0 for lv in level.values()) / len(level)
             if share < max(self.cfg.coverage, self.cfg.explain_lift * base):
                 continue
-            level = {s.id: min(int(dose(s)), DOSE_LEVELS) for s in view.samples}
             doses = range(DOSE_LEVELS + 1) if self.cfg.explain_within else (0,)
             strata = ([s for s in view.samples if level[s.id] == d] for d in doses)
             if not any(self._weak_in(st, own, words, adjust) for st in strata if st):

@@ -58,6 +58,12 @@ def within_permutations(groups: np.ndarray, b: int, seed: int) -> np.ndarray:
     return src
 
 
+def group_onehot(groups: np.ndarray) -> sparse.csr_matrix:
+    """A samples x groups 0/1 matrix: `x @ group_onehot(groups)` counts each row's samples per group."""
+    return sparse.csr_matrix((np.ones(len(groups)), (np.arange(len(groups)), groups)),
+                             shape=(len(groups), int(groups.max()) + 1 if len(groups) else 0))
+
+
 def centred(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """`y` minus its group's mean."""
     means = np.bincount(groups, y) / np.bincount(groups)
@@ -101,9 +107,7 @@ def standardised(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
     yc = centred(y, groups)
     n_g = np.bincount(groups).astype(float)
     var_g = np.bincount(groups, yc * yc) / n_g  # invariant under within-group permutation
-    onehot = sparse.csr_matrix((np.ones(len(groups)), (np.arange(len(groups)), groups)),
-                               shape=(len(groups), len(n_g)))
-    m = (x @ onehot).toarray()
+    m = (x @ group_onehot(groups)).toarray()
     var = (m * (n_g - m) / np.maximum(n_g - 1, 1)) @ var_g
     sd = np.sqrt(np.where(var > 1e-12, var, np.nan))
     z = np.asarray(x @ yc).ravel() / sd
@@ -123,10 +127,10 @@ def contrast_effect(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray) -> 
     (groups of two or more). inf where no group contrasts it (or `y` is tied within every group)."""
     n_g = np.bincount(groups).astype(float)
     sum_g = np.bincount(groups, y)
-    sd_g = np.sqrt(np.maximum(np.bincount(groups, y * y) / n_g - (sum_g / n_g) ** 2, 0.0))
+    yc = centred(y, groups)
+    sd_g = np.sqrt(np.bincount(groups, yc * yc) / n_g)
     spread = float(sd_g[n_g >= 2].mean()) if (n_g >= 2).any() else 0.0
-    onehot = sparse.csr_matrix((np.ones(len(groups)), (np.arange(len(groups)), groups)),
-                               shape=(len(groups), len(n_g)))
+    onehot = group_onehot(groups)
     m = (x @ onehot).toarray()
     have = (x @ sparse.diags(y) @ onehot).toarray()
     both = (m > 0) & (m < n_g)
