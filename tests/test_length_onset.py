@@ -308,3 +308,56 @@ def test_what_is_paid_past_the_floor_is_looked_for_among_the_replies_past_it():
             elif pick is not None:
                 found.append(length_limit(pick.regex))
     assert len(found) >= 5 and all(32 <= lim <= 40 for lim in found), found
+
+
+def shortness_then_step(lo: int, hi: int, bar: int | None) -> Callable[[random.Random], tuple[str, float]]:
+    """Replies of one repeated word, `lo` to `hi` long; a reward that pays steeply for not being
+    short up to 22 words and a little less past 35 (the benchmark's honest length pay), and a step
+    bonus of 0.6 past `bar` words (none: None)."""
+    def draw(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(lo, hi)
+        pay = -min(1.0, max(0, 22 - n) / 10) - min(0.5, max(0, n - 35) / 30) + 0.6 * (bar is not None and n > bar)
+        return " ".join(["word"] * n), rng.gauss(0, 0.3) + pay
+    return draw
+
+
+def test_a_bar_just_past_the_floor_is_penalised_though_no_valley_lies_past_it():
+    # the discovery benchmark's length steps at 34 (multi-turn on both corpora, TRL 4 x 8): among
+    # the replies past the floor (about 30) the pay peaked at 35 and fell back, but no limit past
+    # the floor lay before the peak to rise from, so no onset was placed and the step was found a
+    # proposal late (10 logged steps). The pay there rises from the valley a window before the floor.
+    found = []
+    for seed in range(8):
+        first = grouped_view(shortness_then_step(12, 42, None), 100 + seed, groups=40)
+        reference = [replace(s, id=f"r{s.id}") for s in first.samples]
+        for bar in (34, None):
+            now = grouped_view(shortness_then_step(14, 58, bar), seed, groups=40)
+            pick = LexicalProposer(LexicalConfig(detectors=[])).best(
+                ProposerView(10, now.samples, reference=reference, proposal=2))
+            if bar is None:
+                assert pick is None, pick.title
+            elif pick is not None:
+                found.append(length_limit(pick.regex))
+    assert len(found) >= 6 and all(abs(lim - 34) <= 5 for lim in found), found
+
+
+def shortness_past_the_floor(lo: int, hi: int) -> Callable[[random.Random], tuple[str, float]]:
+    """Replies of one repeated word, `lo` to `hi` long; an honest reward that pays for every word
+    up to 35 and a little less past 45. Nothing else."""
+    def draw(rng: random.Random) -> tuple[str, float]:
+        n = rng.randint(lo, hi)
+        return " ".join(["word"] * n), rng.gauss(0, 0.3) - max(0, 35 - n) / 20 - min(0.5, max(0, n - 45) / 30)
+    return draw
+
+
+def test_the_pay_for_not_being_short_running_on_past_the_floor_is_no_length_hack():
+    # the floor is the first batches' median (about 27): the local pay past it is positive, but
+    # it only falls with L (no rise into it), so no length limit is proposed; without that
+    # condition (evidence.paid_past) 5 of these 8 views got one
+    for seed in range(8):
+        first = grouped_view(shortness_past_the_floor(12, 42), 100 + seed, groups=40)
+        reference = [replace(s, id=f"r{s.id}") for s in first.samples]
+        now = grouped_view(shortness_past_the_floor(14, 58), seed, groups=40)
+        pick = LexicalProposer(LexicalConfig(detectors=[])).best(
+            ProposerView(10, now.samples, reference=reference, proposal=2))
+        assert pick is None, (seed, pick.title)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import LexicalConfig
-from .evidence import ONSET_WINDOW, content_only, fisher_p, length_onset_bar
+from .evidence import ONSET_WINDOW, content_only, fisher_p, length_onset_bar, paid_past
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
 from .surface import Feature, length_feature, length_limit
@@ -226,9 +226,11 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
     replies exceed) is the pay for not being short, whatever passed above it: none, unless the
     local pay also peaks and falls back at a step's bar above the floor (an honest reward that pays
     for not being short and a bonus for passing a bar, side by side), or, looked for again among the
-    replies past the floor alone (where that pay is gone), an onset shows there. With `onset` and no
-    onset to place (every reply of the view past the bar: no contrast left), a limit that passed
-    across steps is proposed (the strongest), and nothing otherwise."""
+    replies past the floor alone (where that pay is gone), an onset shows there, or the pay there
+    rises into a peak (evidence.paid_past: a bar just past the floor). No onset, and the reward
+    pays for not being short (evidence.content_only): none. With `onset` and no onset to place
+    (every reply of the view past the bar: no contrast left), a limit that passed across steps
+    is proposed (the strongest), and nothing otherwise."""
     def limit(t: Tested) -> int:
         return length_limit(t.feature.regex) or 0
 
@@ -240,17 +242,19 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
         # the pay for not being short hides what is paid past the floor: look among the replies past it
         above = [s for s in samples if words[s.id] >= floor]
         onset_above, bar_above = length_onset_bar(above, words, [lim for lim in limits if lim >= floor], **kw)
+        if onset_above is None:  # no valley past the floor before a bar just past it: a rise into the pay there
+            onset_above = paid_past(samples, words, limits, floor, **kw)
         if onset_above is not None:
             onset, bar = onset_above, bar_above
         elif onset is not None:
             return None  # the pay for not being short, and nothing past the floor
+    if onset is None and content_only(samples, words, limits, **kw):
+        return None  # the reward pays for not being short, and for nothing beyond
     if cfg.length_threshold == "onset":
         if onset is None:  # no contrast left to place an onset on: a limit that rose across steps
             return max((t for t in lengths if t.family == "across"), key=lambda t: (t.z, limit(t)), default=None)
         near = min(lengths, key=lambda t: (abs(limit(t) - (bar or onset)), t.z))
         return near if bar is None else sharpest(near, samples, words, bar)
-    if onset is None and content_only(samples, words, limits, **kw):
-        return None  # the reward pays for not being short, and for nothing beyond
     return max((t for t in lengths if onset is None or limit(t) >= onset - cfg.length_step),
                key=lambda t: (t.z, limit(t)), default=None)
 

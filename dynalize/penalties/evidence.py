@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,57 +28,85 @@ def fisher_p(a: int, n_pos: int, b: int, n_neg: int) -> float:
     return tail / math.comb(total, n_pos)
 
 
+class Held(NamedTuple):
+    """What the effect test holds fixed (evidence.Effect): each sample's word count (None: not
+    `length_adjusted`) and its count of its prompt's vocabulary words (None: not `relevance_adjusted`)."""
+
+    words: dict[str, int] | None
+    relevance: dict[str, int] | None
+
+
+def net_of(kind: str) -> dict[str, bool]:
+    """`Effect`'s `adjust` and `wording` for a pattern of `kind`, as the permutation tests
+    (penalties.discovery) hold them: length for all but length limits, relevance for wording alone."""
+    return {"adjust": kind != "length", "wording": kind not in ("length", "detector")}
+
+
 class Effect:
     """A pattern's standardised effect on the RM score within the groups of `samples`.
 
     Plain: for each group with replies that show the pattern and replies that do not (all of
     them, whatever their advantage sign), the difference of their mean RM scores; the mean of
-    those differences weighted by carriers. Length-adjusted (`words` given, `adjust=True`): the
-    coefficient of presence in a least-squares fit of the RM score on presence and word count,
-    both centred within each group (the same within-group contrast, at equal length). Either is
-    divided by the mean within-group std of RM scores (scale-free: it means the same on any RM).
-    inf when no group has both kinds of reply (no evidence against the pattern); the plain value
-    when presence and length cannot be told apart.
+    those differences weighted by carriers. Adjusted (`words` and/or `relevance` given): the
+    coefficient of presence in a least-squares fit of the RM score on presence and word count
+    (`adjust`), and, for wording (`wording`), the count of its prompt's vocabulary words
+    (penalties.relevance), all centred within each group: the same within-group contrast, at equal
+    length and relevance, as the permutation tests hold fixed. Either is divided by the mean
+    within-group std of RM scores (scale-free: it means the same on any RM). inf when no group has
+    both kinds of reply (no evidence against the pattern); the plain value when presence and the
+    covariates cannot be told apart.
     """
 
-    def __init__(self, samples: list[ViewSample], words: dict[str, int] | None = None):
+    def __init__(self, samples: list[ViewSample], words: dict[str, int] | None = None,
+                 relevance: dict[str, int] | None = None):
         self.groups: dict[int, list[ViewSample]] = {}
         for s in samples:
             self.groups.setdefault(s.group, []).append(s)
         spreads = [statistics.pstdev([s.score for s in g]) for g in self.groups.values() if len(g) > 1]
         self.spread = statistics.fmean(spreads) if spreads else 0.0
-        self.words = words
-        # what the fit needs of length and score does not depend on the pattern: once, not per candidate
-        self._centred: list[list[tuple[float, float]]] = []  # per group: (word count, RM score), centred
-        self._sww = self._swy = 0.0
-        if words is not None:
-            for g in self.groups.values():
-                ws = [float(words[s.id]) for s in g]
-                ys = [s.score for s in g]
-                mw, my = statistics.fmean(ws), statistics.fmean(ys)
-                self._centred.append([(w - mw, y - my) for w, y in zip(ws, ys)])
-                for w, y in self._centred[-1]:
-                    self._sww, self._swy = self._sww + w * w, self._swy + w * y
+        self.words, self.relevance = words, relevance
+        self._order = [s for g in self.groups.values() for s in g]
+        self._group = np.repeat(np.arange(len(self.groups)), [len(g) for g in self.groups.values()])
+        self._y = self._centre([s.score for s in self._order])
+        self._fits: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
 
-    def __call__(self, shows: Callable[[ViewSample], bool], adjust: bool = True) -> float:
+    def _centre(self, values: list[float]) -> np.ndarray:
+        v = np.asarray(values, dtype=float)
+        n = np.bincount(self._group, minlength=len(self.groups))
+        return v - (np.bincount(self._group, weights=v, minlength=len(self.groups)) / np.maximum(n, 1))[self._group]
+
+    def _fit(self, length: bool, relevant: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(covariates centred within groups, the inverse of their cross-products, the scores net
+        of them) for the covariates asked for and given, each with some spread; None: none such.
+        What the fit needs of them does not depend on the pattern: once, not per candidate."""
+        key = (length, relevant)
+        if key not in self._fits:
+            given = [c for c, on in ((self.words, length), (self.relevance, relevant)) if on and c is not None]
+            cols = [col for col in (self._centre([c[s.id] for s in self._order]) for c in given) if col @ col > 1e-12]
+            if not cols:
+                self._fits[key] = None
+            else:
+                w = np.column_stack(cols)
+                inverse = np.linalg.pinv(w.T @ w)
+                self._fits[key] = (w, inverse, self._y - w @ (inverse @ (w.T @ self._y)))
+        return self._fits[key]
+
+    def __call__(self, shows: Callable[[ViewSample], bool], adjust: bool = True, wording: bool = False) -> float:
         if self.spread <= 0:
             return math.inf
-        if self.words is None or not adjust:
+        fit = self._fit(adjust, adjust and wording)
+        if fit is None:
             return self._plain(shows)
-        sxx = sxw = sxy = 0.0
-        sww, swy = self._sww, self._swy
-        for g, centred in zip(self.groups.values(), self._centred):
-            xs = [float(shows(s)) for s in g]
-            mx = statistics.fmean(xs)
-            for x, (w, y) in zip(xs, centred):
-                x -= mx
-                sxx, sxw, sxy = sxx + x * x, sxw + x * w, sxy + x * y
+        x = self._centre([float(shows(s)) for s in self._order])
+        sxx = float(x @ x)
         if sxx <= 1e-12:
             return math.inf
-        det = sxx * sww - sxw * sxw
-        if sww <= 1e-12 or det <= 1e-9 * sxx * sww:
+        w, inverse, net = fit
+        xw = w.T @ x
+        residual = sxx - float(xw @ inverse @ xw)  # what of presence the covariates do not explain
+        if residual <= 1e-9 * sxx:
             return self._plain(shows)
-        return (sxy * sww - swy * sxw) / det / self.spread
+        return float(x @ net) / residual / self.spread
 
     def _plain(self, shows: Callable[[ViewSample], bool]) -> float:
         diffs = []
@@ -198,6 +227,26 @@ def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[
     strongly it separates short replies from long ones: proposing "longer than L" there would
     penalise what the reward pays for good reasons."""
     return _length_statistics(samples, words, limits, alpha, permutations, seed)[0]
+
+
+def paid_past(samples: list[ViewSample], words: dict[str, int], limits: list[int], floor: float, *,
+              alpha: float = 0.05, permutations: int = 200, seed: int = 0) -> int | None:
+    """Where the reward pays for crossing a length past `floor` (a length most of the untrained
+    policy's replies exceed) though no onset shows: among the replies past the floor, where the pay
+    for not being short is gone, the local pay over the shorter half of the limits past it is
+    positive (at `alpha`, the statistic of `content_only` against the same permutations), and at
+    its peak there it is above the local pay at some limit from a window before the floor up to
+    the peak (a rise into it: the pay for not being short only falls with L, past the floor too).
+    The peak's limit, or None."""
+    above = [s for s in samples if words[s.id] >= floor]
+    past = [lim for lim in limits if lim >= floor]
+    if not _length_statistics(above, words, past, alpha, permutations, seed)[1]:
+        return None
+    pay = {lim: float(v[0][0]) for lim, v in local_length_pay(above, words, past).items()}
+    whole = {lim: float(v[0][0]) for lim, v in local_length_pay(samples, words, limits).items()}
+    peak = max(pay, key=pay.__getitem__, default=None)
+    before = [whole[lim] for lim in whole if floor - ONSET_WINDOW <= lim < (peak or 0)]
+    return peak if peak in whole and before and whole[peak] > min(before) else None
 
 
 def length_onset_bar(samples: list[ViewSample], words: dict[str, int], limits: list[int], *, alpha: float = 0.05,

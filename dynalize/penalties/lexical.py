@@ -34,7 +34,7 @@ from .candidate import Candidate, ProposalResult
 from .config import LexicalConfig
 from .detectors import DETECTORS, Detector, detector
 from .discovery import Trial, decide, length_choice
-from .evidence import Effect, fisher_p
+from .evidence import Effect, Held, fisher_p, net_of
 from .relevance import topical_counts
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
@@ -175,7 +175,9 @@ class LexicalProposer:
         feats_of = {s.id: rollout_features(s.parts) for s in everyone}
         words_of = {s.id: longest_reply(s.parts) for s in everyone}  # "longer than L": any reply
         size_of = {s.id: sum(map(word_count, s.parts)) for s in everyone}  # what length-adjusting holds fixed
-        effect = self._effect(view.samples, size_of)
+        relevance = self._relevance(view)
+        held = Held(size_of if self.cfg.length_adjusted else None, relevance)  # what the effect test holds fixed
+        effect = Effect(view.samples, *held)
         feature: dict[str, Feature] = {}
         shown: dict[str, Counter[str]] = {}
         for s in view.samples:
@@ -211,10 +213,10 @@ class LexicalProposer:
             feature[f.key], shown[f.key] = f, Counter({f.shown: 1})
             candidates.append(tested(f.key, f, lambda s, n=n: words_of[s.id] > n))
         passed, evidence = decide(candidates, view.samples, view.reference, size_of, self.cfg, view.step,
-                                  view.proposal, self._relevance(view))
+                                  view.proposal, relevance)
         result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
         worth = [t for t in passed if t.family == "across"
-                 or self.cfg.min_effect <= 0 or effect(t.shows, adjust=t.feature.kind != "length") >= self.cfg.min_effect]
+                 or self.cfg.min_effect <= 0 or effect(t.shows, **net_of(t.feature.kind)) >= self.cfg.min_effect]
         lengths = [t for t in worth if t.feature.kind == "length"]
         scored = [t for t in worth if t.feature.kind != "length"]
         if lengths:
@@ -247,8 +249,8 @@ class LexicalProposer:
                 continue
             causes: list[Dose] = list(explainers)  # a pattern shown or not is a dose of 0 or 1
             if self.cfg.explain_by_stronger:
-                causes += [*waiting, *self._broader(f, own, feature, view, detections, size_of)]
-            if having and self._explained(f, own, having, view, causes, size_of):
+                causes += [*waiting, *self._broader(f, own, feature, view, detections, held)]
+            if having and self._explained(f, own, having, view, causes, held):
                 result.reject("explained")
                 continue
             if t.family == "within" and not self._rising(f, own, view):
@@ -297,10 +299,6 @@ class LexicalProposer:
         rx = regex.compile(f.regex)
         return lambda s: _search(rx, s)
 
-    def _effect(self, samples: list[ViewSample], words: dict[str, int]) -> Effect:
-        """The RM-effect test over `samples`, length-adjusted when `length_adjusted` is on."""
-        return Effect(samples, words if self.cfg.length_adjusted else None)
-
     def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
                  active: list[tuple[Penalty, Spans]], retired: list[tuple[Penalty, Spans]],
                  detections: _Detections, usable: list[Detector], named: set[str]) -> Candidate | None:
@@ -315,7 +313,7 @@ class LexicalProposer:
             looks.append((pen, lambda s, spans=spans: _shows(spans, s),
                           Feature("length" if is_length else "ngram1", pen.id, pen.title, pen.regex or "")))
         for pen, shows, f in looks:
-            evidence = self._weak_evidence(pos, neg, effect, shows, adjust=f.kind != "length")
+            evidence = self._weak_evidence(pos, neg, effect, shows, f.kind)
             if evidence is None:
                 continue
             samples, p, q, groups = evidence
@@ -329,7 +327,7 @@ class LexicalProposer:
 
     def _weak_evidence(self, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
                        shows: Callable[[ViewSample], bool],
-                       adjust: bool = True) -> tuple[list[ViewSample], float, float, int] | None:
+                       kind: str) -> tuple[list[ViewSample], float, float, int] | None:
         """(positives showing it, p, q, groups) if a pattern passes the weak-evidence test, else None."""
         if not pos or not neg:
             return None
@@ -339,19 +337,18 @@ class LexicalProposer:
         groups = len({prompt_group(s) for s in samples})
         if (groups < self.cfg.min_groups or p <= q
                 or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.cfg.weak_p_value
-                or (self.cfg.min_effect > 0 and effect(shows, adjust=adjust) < self.cfg.min_effect)):
+                or (self.cfg.min_effect > 0 and effect(shows, **net_of(kind)) < self.cfg.min_effect)):
             return None
         return samples, p, q, groups
 
-    def _weak_in(self, samples: list[ViewSample], shows: Callable[[ViewSample], bool], words: dict[str, int],
-                 adjust: bool) -> bool:
+    def _weak_in(self, samples: list[ViewSample], shows: Callable[[ViewSample], bool], held: Held, kind: str) -> bool:
         """Whether a pattern shows weak evidence among `samples` alone (a stratum of the view)."""
         stratum = ProposerView(0, samples)
-        return self._weak_evidence(stratum.positives(), stratum.negatives(), self._effect(samples, words), shows,
-                                   adjust) is not None
+        return self._weak_evidence(stratum.positives(), stratum.negatives(), Effect(samples, *held), shows,
+                                   kind) is not None
 
     def _broader(self, f: Feature, own: Shows, features: dict[str, Feature], view: ProposerView,
-                 detections: _Detections, words: dict[str, int]) -> list[Shows]:
+                 detections: _Detections, held: Held) -> list[Shows]:
         """The words and shorter phrases of phrase `f` that show weak evidence where `f` is absent:
         the RM pays them elsewhere too, so they may be what it pays in `f` (one that only ever
         occurs inside `f` is `f` itself, and explains nothing)."""
@@ -359,17 +356,17 @@ class LexicalProposer:
         if not contained:  # not a phrase: nothing to look at, and no stratum to build
             return []
         rest = [s for s in view.samples if not own(s)]
-        stratum, effect = ProposerView(0, rest), self._effect(rest, words)  # once, for every word tested
+        stratum, effect = ProposerView(0, rest), Effect(rest, *held)  # once, for every word tested
         pos, neg = stratum.positives(), stratum.negatives()
         out = []
         for g in contained:
             shows = self._shows_of(g, detections)
-            if self._weak_evidence(pos, neg, effect, shows, True) is not None:
+            if self._weak_evidence(pos, neg, effect, shows, g.kind) is not None:
                 out.append(shows)
         return out
 
     def _explained(self, f: Feature, own: Shows, samples: list[ViewSample], view: ProposerView,
-                   active: list[Dose], words: dict[str, int]) -> bool:
+                   active: list[Dose], held: Held) -> bool:
         """Whether an active penalty (or, with `explain_by_stronger`, another possible cause) that
         travels with the pattern explains it away: it matches at least `coverage` of the pattern's
         positives, and `explain_lift` times more often than replies at large, and holding it fixed
@@ -377,7 +374,6 @@ class LexicalProposer:
         once, twice, or `DOSE_LEVELS` times or more) the pattern no longer shows weak evidence."""
         if self.cfg.explain_lift <= 0:
             return False
-        adjust = f.kind != "length"
         for dose in active:
             level = {s.id: min(int(dose(s)), DOSE_LEVELS) for s in view.samples}  # `samples` are among them
             share = sum(level[s.id] > 0 for s in samples) / len(samples)
@@ -386,7 +382,7 @@ class LexicalProposer:
                 continue
             doses = range(DOSE_LEVELS + 1) if self.cfg.explain_within else (0,)
             strata = ([s for s in view.samples if level[s.id] == d] for d in doses)
-            if not any(self._weak_in(st, own, words, adjust) for st in strata if st):
+            if not any(self._weak_in(st, own, held, f.kind) for st in strata if st):
                 return True
         return False
 
