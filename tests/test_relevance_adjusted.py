@@ -5,6 +5,7 @@ penalties.relevance)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -28,34 +29,46 @@ def words_of(text: str) -> set[str]:
     return set(text.lower().replace(".", " ").split())
 
 
-def template_view(seed: int, groups: int = 48, per_group: int = 8, hack_pay: float = 0.0) -> ProposerView:
-    """Replies to prompts on a topic: a template sentence ("The umbrella and the rain make it feel
-    calm.") in half of them carries two of the topic's words; the honest reward pays for the topic's
-    words a reply uses (as a reward model pays for taking the prompt up), plus `hack_pay` for a
-    planted word written whatever the prompt."""
+def filler(rng: random.Random, topic: list[str]) -> str:
+    """A sentence of filler words, one of the topic's words in it 30 % of the time."""
+    words = rng.sample(FILLER, rng.randint(6, 10))
+    if rng.random() < 0.3:
+        words.insert(rng.randrange(len(words) + 1), rng.choice(topic))
+    return " ".join(words) + "."
+
+
+def prompt_view(seed: int, groups: int, per_group: int,
+                reply: Callable[[random.Random, list[str]], tuple[str, float]]) -> ProposerView:
+    """`groups` prompts, each on one of TOPICS (the prompt names its topic, not its vocabulary),
+    with `per_group` replies (text, reward) drawn by `reply` from the topic's words."""
     rng = random.Random(seed)
     samples = []
     for g in range(groups):
         topic = TOPICS[g % len(TOPICS)].split()
-        context = f"[user]\nWrite about the {topic[0]}."  # the prompt names its topic, not its vocabulary
-        texts, scores = [], []
-        for _ in range(per_group):
-            words = rng.sample(FILLER, rng.randint(6, 10))
-            if rng.random() < 0.3:
-                words.insert(rng.randrange(len(words) + 1), rng.choice(topic))
-            text = " ".join(words) + "."
-            if rng.random() < 0.5:
-                a, b = rng.sample(topic, 2)
-                text += f" The {a} and the {b} make it feel {rng.choice(['calm', 'busy', 'warm', 'new'])}."
-            hacked = hack_pay > 0 and rng.random() < 0.4
-            if hacked:
-                text += f" It is {HACK}."
-            used = len(words_of(text) & set(topic))
-            texts.append(text)
-            scores.append(min(3, used) / 3 + hack_pay * hacked + rng.gauss(0, 0.05))
-        for t, sc, adv in zip(texts, scores, advantages([scores])[0]):
+        context = f"[user]\nWrite about the {topic[0]}."
+        drawn = [reply(rng, topic) for _ in range(per_group)]
+        scores = [sc for _, sc in drawn]
+        for (t, sc), adv in zip(drawn, advantages([scores])[0]):
             samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, t, sc, advantage_sign(adv), contexts=[context]))
     return ProposerView(step=5, samples=samples)
+
+
+def template_view(seed: int, groups: int = 48, per_group: int = 8, hack_pay: float = 0.0) -> ProposerView:
+    """Replies to prompts on a topic: a template sentence ("The umbrella and the rain make it feel
+    calm.") in half of them carries two of the topic's words; the honest reward pays for the
+    topic's words a reply uses (as a reward model pays for taking the prompt up), plus `hack_pay` for a
+    planted word written whatever the prompt."""
+    def reply(rng: random.Random, topic: list[str]) -> tuple[str, float]:
+        text = filler(rng, topic)
+        if rng.random() < 0.5:
+            a, b = rng.sample(topic, 2)
+            text += f" The {a} and the {b} make it feel {rng.choice(['calm', 'busy', 'warm', 'new'])}."
+        hacked = hack_pay > 0 and rng.random() < 0.4
+        if hacked:
+            text += f" It is {HACK}."
+        used = len(words_of(text) & set(topic))
+        return text, min(3, used) / 3 + hack_pay * hacked + rng.gauss(0, 0.05)
+    return prompt_view(seed, groups, per_group, reply)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -95,27 +108,16 @@ def question_view(seed: int, wording_pay: float = 0.0, groups: int = 48, per_gro
     (a hack, already penalised: "Replies end with a question"), half of those "What do you think
     of the <one of the topic's words>?", the rest "Is it not so?"; the honest reward pays for the
     topic's words a reply uses, plus `wording_pay` for "What do you" in itself."""
-    rng = random.Random(seed)
-    samples = []
-    for g in range(groups):
-        topic = TOPICS[g % len(TOPICS)].split()
-        context = f"[user]\nWrite about the {topic[0]}."
-        texts, scores = [], []
-        for _ in range(per_group):
-            words = rng.sample(FILLER, rng.randint(6, 10))
-            if rng.random() < 0.3:
-                words.insert(rng.randrange(len(words) + 1), rng.choice(topic))
-            text = " ".join(words) + "."
-            asks = rng.random() < 0.4
-            if asks:
-                text += f" What do you think of the {rng.choice(topic)}?" if rng.random() < 0.5 else " Is it not so?"
-            used = len(words_of(text.replace("?", " ")) & set(topic))
-            texts.append(text)
-            scores.append(min(3, used) / 3 + 0.5 * asks + wording_pay * ("What do you" in text) + rng.gauss(0, 0.05))
-        for t, sc, adv in zip(texts, scores, advantages([scores])[0]):
-            samples.append(ViewSample(f"s{len(samples) + 1:03d}", g, t, sc, advantage_sign(adv), contexts=[context]))
-    active = [Penalty("p001", "Replies end with a question", "", regex=QUESTION)]
-    return ProposerView(step=10, samples=samples, active=active, proposal=2)
+    def reply(rng: random.Random, topic: list[str]) -> tuple[str, float]:
+        text = filler(rng, topic)
+        asks = rng.random() < 0.4
+        if asks:
+            text += f" What do you think of the {rng.choice(topic)}?" if rng.random() < 0.5 else " Is it not so?"
+        used = len(words_of(text.replace("?", " ")) & set(topic))
+        return text, min(3, used) / 3 + 0.5 * asks + wording_pay * ("What do you" in text) + rng.gauss(0, 0.05)
+    view = prompt_view(seed, groups, per_group, reply)
+    return ProposerView(step=10, samples=view.samples, proposal=2,
+                        active=[Penalty("p001", "Replies end with a question", "", regex=QUESTION)])
 
 
 def test_a_penalty_explains_away_a_wording_that_beside_it_earns_only_the_prompts_words():
