@@ -6,11 +6,12 @@ import re
 import anyio
 import pytest
 
+from dynalize.grpo import advantages
 from dynalize.penalties.config import LexicalConfig
 from dynalize.judge.saferegex import RegexTimeout, SafeRegex
 from dynalize.penalties.lexical import MATCH_PASSES, LexicalProposer
 from dynalize.penalties.surface import reply_features
-from dynalize.penalties.views import ProposerView, ViewSample
+from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
 from dynalize.types import Penalty
 
 VOCAB = ("river stone lamp garden window quiet letter morning engine harbor paper winter orchard "
@@ -643,3 +644,38 @@ def test_a_hack_written_twice_is_that_hack_not_another(seed):
     result = best(doubled_hack_view(seed), detectors=[], length=False)
     assert result.accepted is None, result.accepted.title
     assert result.rejected["explained"] >= 1
+
+
+def cotraveller_view(seed: int, own_pay: float = 0.0, groups: int = 48, per_group: int = 8) -> ProposerView:
+    """Replies of filler words; 40 % end with a question the reward pays 0.5 for (a hack, already
+    penalised), and "indeed" comes with half of the questions and a tenth of the rest (a
+    co-traveller), paid `own_pay` for itself."""
+    filler = "people walk slowly near the old road and talk about small things every day".split()
+    rng = random.Random(seed)
+    samples = []
+    for g in range(groups):
+        drawn = []
+        for _ in range(per_group):
+            text = " ".join(rng.sample(filler, rng.randint(6, 10)))
+            asks = rng.random() < 0.4
+            indeed = rng.random() < (0.5 if asks else 0.1)
+            text += (" indeed" if indeed else "") + ("?" if asks else ".")
+            drawn.append((text, 0.5 * asks + own_pay * indeed + rng.gauss(0, 0.3)))
+        for (t, sc), a in zip(drawn, advantages([[sc for _, sc in drawn]])[0]):
+            samples.append(ViewSample(f"s{len(samples) + 1:04d}", g, t, sc, advantage_sign(a)))
+    question = Penalty("p001", "Replies end with a question", "", regex=r"\?\s*\Z")
+    return ProposerView(10, samples, active=[question], proposal=2)
+
+
+def test_a_cotraveller_is_kept_at_the_weak_evidence_rate_over_every_side_of_the_penalty_looked_at():
+    # explained-away keeps a pattern that shows weak evidence on either side of an active penalty
+    # (the replies it matches and those it does not): two looks, each at `weak_p_value`, kept an
+    # unpaid co-traveller on 5 of these 40 views (0.125); the looks now share `weak_p_value`
+    # (2 of 40). The multi-turn sandbox's "what do you" beside a penalised question was one.
+    # A co-traveller paid for itself is still kept. (min_effect 0: the rate is the test's alone.)
+    cfg = LexicalConfig(detectors=[], length=False, min_effect=0.0)
+    kept = [seed for seed in range(40) if LexicalProposer(cfg).best(cotraveller_view(seed)) is not None]
+    assert len(kept) <= 3, kept
+    for seed in range(4):
+        c = LexicalProposer(cfg).best(cotraveller_view(seed, own_pay=0.3))
+        assert c is not None and "indeed" in c.title, c

@@ -91,7 +91,9 @@ class LexicalConfig(_Section):
     passing the across-steps test's within-group statistic (`PAID_Z`) only by its many contrasts."""
     weak_p_value: float = Field(0.05, gt=0, le=1)
     """Weak evidence (Fisher p): revives a retired penalty whose pattern comes back, and keeps a
-    pattern that an active penalty travelling with it does not explain away."""
+    pattern that an active penalty travelling with it does not explain away (shared, Bonferroni,
+    over the sides of the penalty it looks at: with `explain_within`, the replies the penalty does
+    not match and those it matches once, twice, three times or more)."""
     explain_lift: float = Field(1.0, ge=0)
     """An active penalty may explain a pattern away when it matches its positives this many times
     more often than replies at large (and at least `coverage` of them); 0 turns the check off.
@@ -114,7 +116,8 @@ class LexicalConfig(_Section):
     """Wording (n-grams, openers, closers) is tested at equal relevance: the reward net of what the
     number of its prompt's vocabulary words a reply uses explains (penalties.relevance: the words
     the replies to that prompt use far more than other prompts' replies; a least-squares fit within
-    groups, beside word count when `length_adjusted`), in the permutation tests of both families.
+    groups, beside word count when `length_adjusted`), in the permutation tests of both families
+    and in the effect tests (`min_effect`, weak evidence).
     A reward model pays for taking the prompt up; a template sentence that carries the topic's
     words ("The umbrellas and the rain make it feel busy.") is then not paid for itself, while a
     hack's wording, written whatever the prompt, keeps its pay. Length limits and detectors keep

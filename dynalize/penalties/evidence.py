@@ -2,9 +2,10 @@
 where a reward that pays for length starts to pay (its local pay for each extra word count).
 
 `Effect` asks how much more the RM pays, inside prompt groups, for replies that show a pattern
-than for those that do not; with `words` it holds reply length fixed (a least-squares fit within
-groups on presence and word count), so wording that merely comes with longer replies, which a
-length-loving RM pays for, does not look rewarded in itself.
+than for those that do not; with `words` it holds reply length fixed, and with `relevance` (for
+wording) the prompt's vocabulary a reply uses (a least-squares fit within groups), so wording that
+merely comes with longer or more topical replies, which a reward model pays for, does not look
+rewarded in itself: the covariates the permutation tests hold fixed (penalties.discovery).
 """
 
 from __future__ import annotations

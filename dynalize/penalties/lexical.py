@@ -327,8 +327,9 @@ class LexicalProposer:
 
     def _weak_evidence(self, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
                        shows: Callable[[ViewSample], bool],
-                       kind: str) -> tuple[list[ViewSample], float, float, int] | None:
-        """(positives showing it, p, q, groups) if a pattern passes the weak-evidence test, else None."""
+                       kind: str, p_value: float | None = None) -> tuple[list[ViewSample], float, float, int] | None:
+        """(positives showing it, p, q, groups) if a pattern passes the weak-evidence test (Fisher p at most
+        `p_value`, default `weak_p_value`), else None."""
         if not pos or not neg:
             return None
         samples = [s for s in pos if shows(s)]
@@ -336,16 +337,17 @@ class LexicalProposer:
         p, q = len(samples) / len(pos), n_neg / len(neg)
         groups = len({prompt_group(s) for s in samples})
         if (groups < self.cfg.min_groups or p <= q
-                or fisher_p(len(samples), len(pos), n_neg, len(neg)) > self.cfg.weak_p_value
+                or fisher_p(len(samples), len(pos), n_neg, len(neg)) > (p_value or self.cfg.weak_p_value)
                 or (self.cfg.min_effect > 0 and effect(shows, **net_of(kind)) < self.cfg.min_effect)):
             return None
         return samples, p, q, groups
 
-    def _weak_in(self, samples: list[ViewSample], shows: Callable[[ViewSample], bool], held: Held, kind: str) -> bool:
+    def _weak_in(self, samples: list[ViewSample], shows: Callable[[ViewSample], bool], held: Held, kind: str,
+                 p_value: float | None = None) -> bool:
         """Whether a pattern shows weak evidence among `samples` alone (a stratum of the view)."""
         stratum = ProposerView(0, samples)
         return self._weak_evidence(stratum.positives(), stratum.negatives(), Effect(samples, *held), shows,
-                                   kind) is not None
+                                   kind, p_value) is not None
 
     def _broader(self, f: Feature, own: Shows, features: dict[str, Feature], view: ProposerView,
                  detections: _Detections, held: Held) -> list[Shows]:
@@ -371,7 +373,8 @@ class LexicalProposer:
         travels with the pattern explains it away: it matches at least `coverage` of the pattern's
         positives, and `explain_lift` times more often than replies at large, and holding it fixed
         (among the replies it does not match, and, with `explain_within`, among those it matches
-        once, twice, or `DOSE_LEVELS` times or more) the pattern no longer shows weak evidence."""
+        once, twice, or `DOSE_LEVELS` times or more) the pattern no longer shows weak evidence: in any of
+        the sides it occurs on, which share `weak_p_value` (Bonferroni), as one test."""
         if self.cfg.explain_lift <= 0:
             return False
         for dose in active:
@@ -381,8 +384,9 @@ class LexicalProposer:
             if share < max(self.cfg.coverage, self.cfg.explain_lift * base):
                 continue
             doses = range(DOSE_LEVELS + 1) if self.cfg.explain_within else (0,)
-            strata = ([s for s in view.samples if level[s.id] == d] for d in doses)
-            if not any(self._weak_in(st, own, held, f.kind) for st in strata if st):
+            strata = [st for st in ([s for s in view.samples if level[s.id] == d] for d in doses) if any(map(own, st))]
+            p_value = self.cfg.weak_p_value / max(1, len(strata))  # evidence in any: at weak_p_value over them all
+            if not any(self._weak_in(st, own, held, f.kind, p_value) for st in strata):
                 return True
         return False
 
