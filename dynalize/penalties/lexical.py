@@ -373,8 +373,8 @@ class LexicalProposer:
         travels with the pattern explains it away: it matches at least `coverage` of the pattern's
         positives, and `explain_lift` times more often than replies at large, and holding it fixed
         (among the replies it does not match, and, with `explain_within`, among those it matches
-        once, twice, or `DOSE_LEVELS` times or more) the pattern no longer shows weak evidence: in any of
-        the sides it occurs on, which share `weak_p_value` (Bonferroni), as one test."""
+        once, twice, or `DOSE_LEVELS` times or more) the pattern no longer shows weak evidence on
+        any side it occurs on, the sides sharing `weak_p_value` (Bonferroni): one test, one rate."""
         if self.cfg.explain_lift <= 0:
             return False
         for dose in active:
