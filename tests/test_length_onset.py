@@ -296,7 +296,8 @@ def second_proposal(first: Callable[[random.Random], tuple[str, float]],
     replies drawn by `now`, against a reference of 40 x 8 drawn by `first` (the run's first batches)."""
     reference = [replace(s, id=f"r{s.id}") for s in grouped_view(first, 100 + seed, groups=40).samples]
     view = grouped_view(now, seed, groups=groups)
-    return LexicalProposer(LexicalConfig(detectors=[])).best(ProposerView(10, view.samples, reference=reference, proposal=2))
+    return LexicalProposer(LexicalConfig(detectors=[])).best(
+        ProposerView(10, view.samples, reference=reference, proposal=2))
 
 
 def test_what_is_paid_past_the_floor_is_looked_for_among_the_replies_past_it():
