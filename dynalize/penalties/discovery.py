@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import LexicalConfig
-from .evidence import ONSET_WINDOW, content_only, fisher_p, length_onset_bar, paid_past
+from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
 from .surface import Feature, length_feature, length_limit
@@ -237,18 +237,19 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
     if cfg.length_threshold == "largest":
         return max(lengths, key=limit)
     kw = dict(alpha=cfg.fdr, permutations=min(cfg.permutations, 200), seed=step)
-    onset, bar = length_onset_bar(samples, words, limits, **kw)
+    onset, paid_short, bar = length_statistics(samples, words, limits, **kw)
     if floor > 0 and (onset is None or onset < floor) and (bar is None or bar < floor):
         # the pay for not being short hides what is paid past the floor: look among the replies past it
         above = [s for s in samples if words[s.id] >= floor]
-        onset_above, bar_above = length_onset_bar(above, words, [lim for lim in limits if lim >= floor], **kw)
-        if onset_above is None:  # no valley past the floor before a bar just past it: a rise into the pay there
-            onset_above = paid_past(samples, words, limits, floor, **kw)
+        onset_above, paid_above, bar_above = length_statistics(above, words, [lim for lim in limits if lim >= floor],
+                                                               **kw)
+        if onset_above is None and paid_above:  # no valley past the floor before a bar just past it
+            onset_above = paid_past(samples, words, limits, floor)  # a rise into the pay there
         if onset_above is not None:
             onset, bar = onset_above, bar_above
         elif onset is not None:
             return None  # the pay for not being short, and nothing past the floor
-    if onset is None and content_only(samples, words, limits, **kw):
+    if onset is None and paid_short:  # evidence.content_only: onset is None only where the view's is
         return None  # the reward pays for not being short, and for nothing beyond
     if cfg.length_threshold == "onset":
         if onset is None:  # no contrast left to place an onset on: a limit that rose across steps

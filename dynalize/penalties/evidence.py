@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .permutation import group_index, within_permutations
+from .permutation import centred, group_index, within_permutations
 from .views import ViewSample
 
 
@@ -72,9 +72,7 @@ class Effect:
         self._fits: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
 
     def _centre(self, values: list[float]) -> np.ndarray:
-        v = np.asarray(values, dtype=float)
-        n = np.bincount(self._group, minlength=len(self.groups))
-        return v - (np.bincount(self._group, weights=v, minlength=len(self.groups)) / np.maximum(n, 1))[self._group]
+        return centred(np.asarray(values, dtype=float), self._group)
 
     def _fit(self, length: bool, relevant: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(covariates centred within groups, the inverse of their cross-products, the scores net
@@ -208,7 +206,7 @@ def content_only(samples: list[ViewSample], words: dict[str, int], limits: list[
     `length_onset`) and `length_onset` finds no onset. "Longer than L" then separates what the
     reward pays for good reasons (true quality often does); a view too small to measure the local
     pay is not content-only (nothing to say either way)."""
-    onset, head, _ = _length_statistics(samples, words, limits, alpha, permutations, seed)
+    onset, head, _ = length_statistics(samples, words, limits, alpha=alpha, permutations=permutations, seed=seed)
     return onset is None and head
 
 
@@ -227,22 +225,18 @@ def length_onset(samples: list[ViewSample], words: dict[str, int], limits: list[
     reward that pays for content (steep over short replies, flat after) has neither, however
     strongly it separates short replies from long ones: proposing "longer than L" there would
     penalise what the reward pays for good reasons."""
-    return _length_statistics(samples, words, limits, alpha, permutations, seed)[0]
+    return length_statistics(samples, words, limits, alpha=alpha, permutations=permutations, seed=seed)[0]
 
 
-def paid_past(samples: list[ViewSample], words: dict[str, int], limits: list[int], floor: float, *,
-              alpha: float = 0.05, permutations: int = 200, seed: int = 0) -> int | None:
+def paid_past(samples: list[ViewSample], words: dict[str, int], limits: list[int], floor: float) -> int | None:
     """Where the reward pays for crossing a length past `floor` (a length most of the untrained
-    policy's replies exceed) though no onset shows: among the replies past the floor, where the pay
-    for not being short is gone, the local pay over the shorter half of the limits past it is
-    positive (at `alpha`, the statistic of `content_only` against the same permutations), and at
-    its peak there it is above the local pay at some limit from a window before the floor up to
-    the peak (a rise into it: the pay for not being short only falls with L, past the floor too).
-    The peak's limit, or None."""
+    policy's replies exceed) though no onset shows, once the local pay over the shorter half of the
+    limits past the floor, among the replies past it (where the pay for not being short is gone), is
+    positive (`length_statistics` on those replies): its peak there, when the local pay is higher
+    there than at some limit from a window before the floor up to the peak (a rise into it: the pay
+    for not being short only falls with L, past the floor too). The peak's limit, or None."""
     above = [s for s in samples if words[s.id] >= floor]
     past = [lim for lim in limits if lim >= floor]
-    if not _length_statistics(above, words, past, alpha, permutations, seed)[1]:
-        return None
     pay = {lim: float(v[0][0]) for lim, v in local_length_pay(above, words, past).items()}
     whole = {lim: float(v[0][0]) for lim, v in local_length_pay(samples, words, limits).items()}
     peak = max(pay, key=pay.__getitem__, default=None)
@@ -256,14 +250,15 @@ def length_onset_bar(samples: list[ViewSample], words: dict[str, int], limits: l
     past it (`_step_bar`), so where a step pays, that peak (the bar, to the grid of `limits`) says
     where to draw the limit better than the half-way point of the rise (half a window before the
     bar). None for a bar where the pay does not fall back (a ramp, or no onset)."""
-    onset, _, bar = _length_statistics(samples, words, limits, alpha, permutations, seed)
+    onset, _, bar = length_statistics(samples, words, limits, alpha=alpha, permutations=permutations, seed=seed)
     return onset, bar
 
 
-def _length_statistics(samples: list[ViewSample], words: dict[str, int], limits: list[int], alpha: float,
-                       permutations: int, seed: int) -> tuple[int | None, bool, int | None]:
-    """(the onset, whether the local pay over the shorter limits is significantly positive, the bar
-    of a step: the peak the pay falls back from, `_step_bar`)."""
+def length_statistics(samples: list[ViewSample], words: dict[str, int], limits: list[int], *, alpha: float = 0.05,
+                      permutations: int = 200, seed: int = 0) -> tuple[int | None, bool, int | None]:
+    """(`length_onset`, whether the local pay over the shorter half of the limits is significantly
+    positive (`content_only`'s statistic), the bar of a step: the peak the pay falls back from,
+    `_step_bar`), from one set of permutations: what each of those reads, computed once."""
     if not samples:
         return None, False, None
     groups = group_index([s.group for s in samples])
