@@ -195,7 +195,7 @@ def test_the_worked_example_monitors_an_rm_only_run_as_dynalize_would(tmp_path):
     # size holds the rate per proposal and tests every limit (what the sandbox configs did before)
     assert example.main(["--steps", "20", "--out", str(out), "--set", "batch_size=64", "--set", "torch_threads=1",
                          "--set", "penalties.view_per_group=8",
-                         "--set", "penalties.proposer.lexical.fdr_scope=proposal",
+                         "--set", "penalties.proposer.lexical.fwer_scope=proposal",
                          "--set", "penalties.proposer.lexical.length_floor=null"]) == 0
     rows = read_jsonl(out / "rm_only_rollouts.jsonl")
     assert len(rows) == 20 * 64 and set(rows[0]) == {"step", "group", "prompt", "completion", "reward"}
