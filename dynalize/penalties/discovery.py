@@ -1,22 +1,27 @@
 """Which candidate patterns of a proposal the reward pays for, at a stated error rate, and what a
 proposal that finds none is worth.
 
-Every candidate (word n-gram, opener, closer, named detector, "longer than L words") shown in at
-least `min_groups` groups is tested in one of two families, both decided by step-down
-max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fwer` between them:
+Every candidate (word n-gram, opener, closer, named detector, "longer than L words", a retired
+penalty's pattern) shown in at least `min_groups` groups is tested on the reward net of what a
+reward may legitimately pay for (penalties.covariates: the prompt's vocabulary a reply uses; a
+smooth curve in length for wording with `length_adjusted`; a concave one for length limits), by
+step-down max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fwer`:
 
-- within groups: the reward with vs without it inside each group of the view (at equal length for
-  wording when `length_adjusted`), against the rewards permuted within groups;
+- within groups: the reward with vs without it inside each group of the view, against the
+  residual rewards permuted within groups; wording and detectors, length limits (with their
+  local jumps, `LENGTH_SHARE` of the level) and retired patterns (`REVIVAL_SHARE`) are three
+  families sharing the level (Bonferroni);
 - across steps (when the view has a reference, the run's first batches): a pattern most of the
   view's replies show (`SATURATED`), far more than the reference did, whose carriers the reward
-  pays more across the pooled reference and view than the rest, against the rewards permuted over
-  the pool; and that the reward pays within groups wherever a group still contrasts it, by a
-  statistic of `PAID_Z` and an effect of `min_effect` (as the within family's `min_effect`). A
-  hack that saturated between two proposals leaves no contrast within groups, only this one.
+  pays more than the non-carriers of the same step, against the rewards permuted within steps (a
+  pattern no step contrasts is not identifiable); and that the reward pays within groups wherever
+  a group still contrasts it, by a statistic of `PAID_Z` and an effect of `min_effect`. A hack that
+  saturated between two proposals leaves no contrast within the view's groups, only this one.
 
 Each proposal decides at its share of the run's error rate (`level`: fwer / (k (k + 1)) for the
-k-th, `fwer_scope: run`); without a reference all of it goes to the within-group family, with one
-half to each.
+k-th, `fwer_scope: run`); without a reference all of it goes to the within-group families, with one
+half to each side. Every rule after a test (`SATURATED`, `PAID_Z`, `min_effect`, `length_choice`)
+can only remove a candidate or place a limit that passed.
 """
 
 from __future__ import annotations
