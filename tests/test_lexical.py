@@ -195,8 +195,8 @@ def varied(rng, n):
 
 
 # A reward linear in length, or replies of two lengths only (nothing between), is a concave pay for
-# length: under the default `length_null: concave` (issue 55) no length limit is proposed there.
-# These tests are about other rules, with length as their vehicle: they test on the plain null.
+# length: under `length_null: concave` (issue 55, opt-in) no length limit is proposed there. These
+# tests are about other rules, with length as their vehicle: they say the plain null (the default).
 PLAIN_LENGTH = dict(length_null="plain")
 
 
@@ -234,7 +234,7 @@ def test_length_can_be_switched_off():
     rng = random.Random(4)
     v = make_view(rng, lambda r: varied(r, 30), lambda r: varied(r, 12))
     assert best(v, length_threshold="largest", **PLAIN_LENGTH).accepted.title == "Replies run longer than 25 words"
-    assert best(v, length_threshold="largest").accepted is None  # two lengths: a concave pay (issue 55)
+    assert best(v, length_threshold="largest", length_null="concave").accepted is None  # two lengths: a concave pay
     assert best(v, length=False, **PLAIN_LENGTH).accepted is None
 
 

@@ -29,7 +29,8 @@ class LexicalConfig(_Section):
     What is bounded: the chance that the run adds or revives any penalty for a pattern the reward
     does not pay for beyond the legitimate covariates, under the null that, within each group
     (within each step, across steps), the reward net of them (the prompt's vocabulary a reply uses;
-    a smooth curve in length, a concave one for length limits; penalties.covariates) is
+    a smooth curve in length with `length_adjusted`; for length limits a concave curve with
+    `length_null: concave`; penalties.covariates) is
     exchangeable between the replies that show a pattern and those that do not. Every candidate of
     a proposal (words, phrases, openers, closers, detectors, length limits, retired penalties'
     patterns) is tested against those rewards permuted within groups by step-down max-statistic
@@ -38,9 +39,10 @@ class LexicalConfig(_Section):
     bound holds however many proposals it makes. The rules that follow a test (`min_effect`,
     coverage, explained-away, `drift_p_value`, `SATURATED`, `PAID_Z`, the length limit's place)
     can only remove candidates, so they keep it. Not covered: a reward that pays for the
-    covariates in a shape the fits do not hold (length pay that is not concave, e.g. a ramp that
-    saturates past where the honest pay did, which is indistinguishable from it; relevance beyond
-    a linear count), the tail fit of a late proposal (permutation.MaxTail, an approximation where
+    covariates in a shape the fits do not hold (with the defaults, any pay for length: length
+    limits and wording are then tested on the reward net of relevance alone, and a pay for not
+    being short is kept out of length limits only by the location rules; relevance beyond a
+    linear count), the tail fit of a late proposal (permutation.MaxTail, an approximation where
     the permutations cannot count), and patterns an LLM proposer raises. What the permutations
     account for: sample size, group count, candidate frequency and the number of candidates."""
     fwer_scope: Literal["run", "proposal"] = "run"
@@ -89,17 +91,18 @@ class LexicalConfig(_Section):
     steps and 5 of 5 ramps the logs could show, with one false length limit in 48 runs (beside a
     closer hack); before a step's bar was refined, 2 of 6 steps ("longer than 25/30" for bars at
     34/36). `strongest` proposed length limits on a control run and beside word shortcuts."""
-    length_null: Literal["concave", "plain"] = "concave"
-    """What "longer than L words" is tested against: `concave` (the default, issue 55) the reward
-    net of a concave curve in length and of relevance (penalties.covariates: a pay for not being
-    short that saturates, or turns down, is legitimate; a step or a ramp past L bends it upwards),
-    with each limit's local jump; the limit proposed is then placed on the pay net of relevance.
-    On views whose lengths fall in two clusters (replies of 12 and of 30 words, nothing between)
-    a step and a straight line are the same curve, and nothing is proposed. `plain`: each limit
-    on the reward net of relevance alone (a reward that pays for not being short then passes, and
-    the location rules below, `length_floor`, `length_threshold`, are all that keeps it out;
-    before issue 55, "longer than 10-45 words" on 13 of 14 runs whose reward paid for topic
-    coverage and 14 of 14 that paid for length on a saturating curve, in the issue's audit)."""
+    length_null: Literal["concave", "plain"] = "plain"
+    """What "longer than L words" is tested against. `plain` (the default): the reward net of
+    relevance alone (the location rules below, `length_floor`, `length_threshold`, keep the pay for
+    not being short out). `concave` (issue 55, opt-in): net of a concave curve in length and of
+    relevance (penalties.covariates: a pay for not being short that saturates, or turns down, is
+    legitimate; a step or a ramp past L bends it upwards), with each limit's local jump; the limit
+    is then placed on the pay net of relevance. Measured on the synthetic suite (benchmarks of
+    branch iworlds, seed 0): `concave` removed "longer than 10 words" (length pay, 16 x 8) and
+    "longer than 20 words" (honest length pay, 2 x 16), but missed the planted length steps at
+    32 x 4 and 8 x 8 with exit 0, which `plain` finds (delay 4 at 8 x 8); views whose lengths fall
+    in two clusters give it nothing to tell a step from a straight line. Not the default until it
+    keeps that recall."""
     length_floor: float | None = Field(0.5, ge=0, le=1)
     """A length limit is tested only at or above this quantile of the reference replies' lengths (the
     run's first `reference_steps` batches; none without a reference): "longer than L" for an L most
@@ -142,7 +145,7 @@ class LexicalConfig(_Section):
     the permutation tests, and net of word count in the effect test (`min_effect`, weak
     evidence). A reward model pays for length on a curve of its own (more for not being short,
     saturating); wording that only comes with longer replies is then not paid in itself. Length
-    limits are tested net of a concave curve in length whatever this says (`length_null`). False
+    limits are tested as `length_null` says, whatever this says. False
     (the default): wording and detectors on the reward net of relevance alone. Off by default
     though a saturating pay for length lets a word carried by length through (1 of 3 views of
     tests/test_legitimate_pay.py at scale 10): on, a hack whose pay grows with what it adds to
