@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator, model_validator
 
 from .backends.config import url_credential_problem
 from .errors import ConfigError, one_line
@@ -300,8 +300,9 @@ class RunConfig(Section):
     each called as TRL's GRPOTrainer calls it, with the row's columns as keyword arguments
     (dynalize/rewards/functions.py); their weighted sum is the `reward_funcs` term, added to the RM
     and the rubric term where those are on (`reward_model.enabled: false` for functions alone)."""
-    reward_weights: list[float] | None = None
-    """One weight per `reward_funcs` entry (None: 1 each), as TRL's `reward_weights`."""
+    reward_weights: list[FiniteFloat] | None = None
+    """One weight per `reward_funcs` entry (None: 1 each), as TRL's `reward_weights`; finite numbers
+    (a NaN or inf weight would make every reward NaN or inf)."""
     trainer: TrainerConfig = TrainerConfig()
     task: TaskConfig = TaskConfig()
     penalties: PenaltiesConfig = PenaltiesConfig()

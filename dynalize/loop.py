@@ -142,6 +142,7 @@ class Orchestrator:
         self.left_out_total = 0
         self.user_failed_total = 0  # conversations whose simulated user failed (rollouts.USER_FAILED)
         self.user_error: str | None = None  # the last such failure's reason, for the stop line
+        self.unscored_by: dict[str, int] = {}  # rollouts each term could not score: the stop line's causes
         self.left_out = FailureWindow(cfg.max_left_out_rate, cfg.left_out_window)
         """Rollouts left out and scored over the last steps: `max_left_out_rate`'s stop rule. Not
         checkpointed, like the judge's window: a resume after fixing the cause starts afresh."""
@@ -300,6 +301,9 @@ class Orchestrator:
         self.user_error = failed_users[-1] if failed_users else self.user_error
         if self.p.task.max_turns > 1:  # a simulated user takes part
             record.update({"user_sim/failed": len(failed_users), "user_sim/failed_total": self.user_failed_total})
+        for r in batch.rollouts:
+            for term in r.info.get("unscored") or []:
+                self.unscored_by[term] = self.unscored_by.get(term, 0) + 1
         kept, left_out = [], 0
         for g in batch.groups:
             if any(r.info.get("unscored") or r.info.get(USER_FAILED) for r in g):
@@ -325,9 +329,14 @@ class Orchestrator:
         n, scored = over
         user = (f", or whose simulated user failed ({self.user_failed_total} conversations so far; last error: "
                 f"{self.user_error})" if self.user_error else "")
+        causes = "; ".join(f"{count} by {term}" + (" (every reward function returned None for it)"
+                                                     if term == "reward_funcs" else
+                                                     " (a judge verdict failed: see judge/failed_verdicts and the "
+                                                     "judge's last error)")
+                           for term, count in sorted(self.unscored_by.items()))
+        held = f": their groups held a rollout a term could not score (so far {causes})" if causes else ""
         return (f"{n} of {scored} rollouts ({n / scored:.0%}) were left out of the update over the last "
-                f"{len(self.left_out.steps)} steps, more than max_left_out_rate={self.left_out.max_rate}: their groups "
-                f"held a rollout no term could score (see judge/failed_verdicts and the judge's last error){user}")
+                f"{len(self.left_out.steps)} steps, more than max_left_out_rate={self.left_out.max_rate}{held}{user}")
 
     async def collect(self, step: int, record: dict[str, Any]) -> tuple[Batch, float]:
         """Batch `step`, with stale rollouts dropped (counted in `record`), and its generation time."""
