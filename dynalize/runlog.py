@@ -99,6 +99,27 @@ def is_run_dir(path: Path) -> bool:
     return (path / "config.yaml").is_file() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir())
 
 
+MANIFEST = "manifest.json"
+"""dynalize.checkpoint.MANIFEST, the mark of a checkpoint (that module imports torch)."""
+
+
+def is_checkpoint(folder: Path) -> bool:
+    """A dynalize checkpoint (its manifest.json), or a transformers/TRL one (`checkpoint-N/` with
+    its trainer_state.json: the trainer deletes old ones, anything inside them too)."""
+    return (folder / MANIFEST).is_file() or (re.fullmatch(r"checkpoint-\d+", folder.name) is not None
+                                             and (folder / "trainer_state.json").is_file())
+
+
+def enclosing_run(path: Path) -> tuple[str, Path] | None:
+    """("checkpoint" or "run", the folder) of the innermost checkpoint or run folder that is
+    `path` or holds it, links resolved; None when there is none. A resume rewrites a run's files
+    and a checkpoint is replaced whole, so nothing else may write inside them."""
+    for d in (p := Path(path).resolve(), *p.parents):
+        if is_checkpoint(d) or is_run_dir(d):
+            return ("checkpoint" if is_checkpoint(d) else "run"), d
+    return None
+
+
 FILESYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EEXIST,
                                errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EFBIG, errno.EIO})
 """The errors of a disk or folder that is full, read-only, or not what a run needs."""
