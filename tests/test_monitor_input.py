@@ -184,7 +184,7 @@ def _run_folder(tmp_path):
 
 def test_an_out_inside_a_run_or_a_checkpoint_is_refused_and_nothing_is_written_there(tmp_path, capsys):
     from dynalize.checkpoint import MANIFEST
-    from dynalize.monitor.outdir import MANIFEST as MARK
+    from dynalize.runlog import MANIFEST as MARK
 
     assert MARK == MANIFEST
     run_dir, ckpt = _run_folder(tmp_path)
