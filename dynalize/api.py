@@ -343,6 +343,7 @@ async def _train_held(cfg: RunConfig, resume: bool, base: str, overwrite: bool,
                           f"start afresh with --overwrite (the old directory is moved aside), or pick another name=")
     set_torch_threads(cfg.torch_threads)
     parts = build_parts(cfg)
+    parts.run.hold(lock)  # every write checks the folder is still the one locked (RunDir.here)
     if overwrite and not resume and parts.run.holds_run():
         moved = lock.replace_aside(move_aside)
         log.warning("overwrite: the earlier run was moved aside", run=str(run_dir), moved_to=str(moved))
@@ -372,6 +373,9 @@ async def _train_held(cfg: RunConfig, resume: bool, base: str, overwrite: bool,
     if cfg.export_final:
         from .export import export_policy
 
+        if (root := parts.run.here()) != run_dir:  # moved after its last checkpoint: never into a new folder there
+            raise RunStopped(f"{parts.run.moved} (the run finished; its final export was not written: "
+                             f"python -m dynalize.export {root} --out {root / 'final'})")
         final = export_policy(run_dir, run_dir / "final", overwrite=True, checkpoint=orchestrator.last_checkpoint)
         log.info("exported the final policy", path=str(final))
     return history

@@ -44,7 +44,7 @@ from .hooks import optional, owner_name, unwrap_hook_errors, user_code
 from .judge.stats import FailureWindow
 from .rewards.base import RewardTerm, score_batch
 from .rollouts import USER_FAILED, sample_groups
-from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
+from .runlog import RunDir, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
 from .tasks.base import Task
 from .trackers import Trackers
@@ -280,10 +280,11 @@ class Orchestrator:
         self.trackers.log_step(record, events, rollouts)
         log.debug("step", **{k: v for k, v in record.items() if not isinstance(v, dict)})
         self.next_step = step + 1
-        stop = next((why for t in p.terms if (why := t.stop_reason())), None) or self.left_out_stop()
+        stop = p.run.moved or next((why for t in p.terms if (why := t.stop_reason())), None) or self.left_out_stop()
         due = cfg.checkpoint_every and self.next_step % cfg.checkpoint_every == 0
         if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
+        stop = stop or p.run.moved  # the run folder moved while the checkpoint was written: it went there too
         if stop:
             log.error("run.stopped", step=output_step(step), reason=stop)
             raise RunStopped(f"{stop} (stopped after step {step + 1}; checkpoint written: fix the cause, then "
@@ -415,7 +416,7 @@ class Orchestrator:
             metrics = {**metrics, "rm": statistics.fmean(r.scores["rm"] for r in rollouts)}
         for term in self.p.terms:  # e.g. the rubric term's proxy/gold measurement
             metrics.update(await term.evaluate(batch))
-        append_jsonl(self.p.run.eval_path, {"step": step, "version": version, **metrics})
+        self.p.run.log_eval({"step": step, "version": version, **metrics})
         self.eval_rows += 1
         self.p.run.log_rollouts(step, rollouts, name="eval")
         return {f"eval/{k}": v for k, v in metrics.items()}

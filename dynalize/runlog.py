@@ -171,16 +171,50 @@ def filesystem_problem(e: BaseException | None, then: str = RESUME_HINT) -> str 
 
 
 class RunDir:
-    """Paths and writers of one run directory. Nothing is written until `create()`."""
+    """Paths and writers of one run directory. Nothing is written until `create()`.
+
+    Once `hold(lock)` gives it the run's folder lock (dynalize.folderlock), every writer first
+    checks that the path still names the locked folder (`here`). A folder renamed mid-run (and
+    perhaps a new one made at its path) is followed to where it went: the writes go on into the
+    folder the run holds, never into the new one, and `moved` says so in one line (the loop then
+    checkpoints there and stops). A folder removed mid-run stops the run with one line.
+    """
 
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        self._set_root(Path(root))
+        self.lock: Any = None
+        self.moved: str | None = None
+        """Set when the folder was found renamed: the stop line."""
+
+    def _set_root(self, root: Path) -> None:
+        self.root = root
         self.metrics_path = self.root / "metrics.jsonl"
         self.rollouts_dir = self.root / "rollouts"
         self.checkpoints_dir = self.root / "checkpoints"
         self.eval_path = self.root / "eval" / "task.jsonl"
 
+    def hold(self, lock: Any) -> None:
+        """Write only into the folder `lock` (a folderlock.FolderLock on `root`) holds."""
+        self.lock = lock
+
+    def here(self) -> Path:
+        """The run folder's path now: the locked folder followed if it was renamed (`moved` says
+        from where to where); one line (ConfigError) if it was removed."""
+        if self.lock is None or not self.lock.held or (now := self.lock.where()) == self.root:
+            return self.root
+        old = self.root
+        if now is None:
+            raise ConfigError(f"file system error: the run folder {old} was removed while the run was writing it "
+                              f"(or moved where it cannot be found): nothing more can be saved, the run stops")
+        self._set_root(now)
+        self.lock.path = now
+        replaced = f" (and {old} is another folder now, which the run does not touch)" if old.exists() else ""
+        self.moved = (f"the run folder {old} was moved to {now} while the run was writing it{replaced}: the run "
+                      f"went on writing into {now}, the folder it holds")
+        return now
+
     def create(self) -> None:
+        self.here()
         for d in (self.root, self.rollouts_dir, self.checkpoints_dir, self.eval_path.parent):
             d.mkdir(parents=True, exist_ok=True)
 
@@ -225,13 +259,21 @@ class RunDir:
         return move_aside(self.root)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
+        self.here()
         append_jsonl(self.metrics_path, record)
 
+    def log_eval(self, record: dict[str, Any]) -> None:
+        """Append one held-out evaluation to eval/task.jsonl."""
+        self.here()
+        append_jsonl(self.eval_path, record)
+
     def log_rollouts(self, step: int, rollouts: list[Rollout], name: str = "step") -> None:
+        self.here()
         write_jsonl_atomic(self.rollouts_dir / f"{name}_{step:06d}.jsonl", [r.record(step) for r in rollouts])
 
     def log_events(self, name: str, events: list[dict[str, Any]]) -> None:
         """Append a reward term's events to `<name>.jsonl` (each line carries its step)."""
+        self.here()
         for e in events:
             append_jsonl(self.root / f"{name}.jsonl", e)
 
@@ -248,6 +290,7 @@ class RunDir:
             write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
 
     def checkpoint_path(self, step: int) -> Path:
+        self.here()
         return self.checkpoints_dir / f"step_{step:06d}"
 
 
