@@ -96,6 +96,7 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path | None = None, /, *
     or True for the config's own) continues a run from its latest intact checkpoint, `overwrite`
     starts afresh in a used run directory (the old one is moved aside). `log_level=None` leaves
     logging as the caller configured it."""
+    _check_arguments(resume=resume, overwrite=overwrite, log_level=log_level)
     with kept_caller_state():  # the caller's logging, threads and random state, as they were
         if log_level is not None:
             setup_logging(log_level.upper())
@@ -107,6 +108,18 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path | None = None, /, *
                              resume=resume or None, overwrite=overwrite, merge=True)
         return run(cfg, resume=bool(resume), overwrite=overwrite,
                    base=str(config) if isinstance(config, (str, Path)) else "the config given to dynalize.train")
+
+
+def _check_arguments(*, resume: Any, overwrite: Any, log_level: Any) -> None:
+    """ConfigError (one line) for `train` arguments of the wrong type, before anything runs."""
+    if not (resume is None or isinstance(resume, (str, bool, os.PathLike))):
+        raise ConfigError(f"config error: dynalize.train: resume must be a run directory (a path), True or None, "
+                          f"not {type(resume).__name__} {resume!r:.40}")
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"config error: dynalize.train: overwrite must be True or False, not {overwrite!r:.40}")
+    if not (log_level is None or isinstance(log_level, str) and log_level.upper() in logging.getLevelNamesMapping()):
+        raise ConfigError(f"config error: dynalize.train: log_level must be a level name (DEBUG, INFO, WARNING, "
+                          f"ERROR) or None, not {log_level!r:.40}")
 
 
 def resolve_config(config: Mapping[str, Any] | str | Path | None, overrides: Iterable[tuple[str, Any]] = (), *,

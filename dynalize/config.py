@@ -248,8 +248,9 @@ class RunConfig(Section):
     """Parent folder of run directories."""
     seed: int = 0
     """Seeds data order, sampling and the proposer's view (tiny models are built from seed 0)."""
-    steps: int = Field(20, gt=0)
-    """Training steps."""
+    steps: int = Field(20, gt=0, le=10**9)
+    """Training steps (at most 10⁹: far past any run; a larger number is a typo, and would be
+    accepted only to fail when it is used)."""
     batch_size: int = Field(64, gt=0)
     """Rollouts per step (prompts per step × group_size)."""
     group_size: int = Field(8, gt=1)

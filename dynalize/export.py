@@ -22,9 +22,10 @@ the path, with nothing left behind); 1 an unexpected error, with its traceback.
 from __future__ import annotations
 
 import argparse
-import types
 import json
+import os
 import shutil
+import types
 import sys
 import tempfile
 import typing
@@ -204,8 +205,15 @@ def main(argv: list[str] | None = None) -> int:
 def export(run_dir: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False) -> Path:
     """`python -m dynalize.export RUN --out OUT [--step N] [--overwrite]` from Python, as
     `dynalize.export(run_dir, out)`: the same rules (`out` new, empty, or with `overwrite` an
-    earlier export, moved aside; a run never replaced; ConfigError with one line otherwise);
-    returns `out`."""
+    earlier export, moved aside; a run never replaced; ConfigError with one line otherwise, also for
+    arguments of the wrong type); returns `out`."""
+    for name, value in (("run_dir", run_dir), ("out", out)):
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise ConfigError(f"dynalize.export: {name} must be a path, not {type(value).__name__} {value!r:.40}")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise ConfigError(f"dynalize.export: step must be a whole number of steps or None, not {step!r:.40}")
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"dynalize.export: overwrite must be True or False, not {overwrite!r:.40}")
     return export_policy(run_dir, out, step, overwrite)
 
 

@@ -283,15 +283,25 @@ class RunDir:
         `event_logs` (the run's reward terms), and the held-out evaluations after the first
         `eval_rows` (None: keep them all). Only these files, named explicitly, are rewritten:
         anything else in the folder is not the run's."""
-        for path in (self.metrics_path, *(self.root / f"{name}.jsonl" for name in dict.fromkeys(event_logs))):
-            if path.is_file():
-                write_jsonl_atomic(path, [r for r in read_jsonl(path) if r.get("step", -1) <= from_step])
+        logs = {path: read_jsonl(path) for path in (self.metrics_path, *(
+            self.root / f"{name}.jsonl" for name in dict.fromkeys(event_logs))) if path.is_file()}
+        for path, rows in logs.items():  # every log checked before any is rewritten
+            if bad := next((r for r in rows if not _whole(r.get("step", -1))), None):
+                raise DamagedFile(f"{path} is damaged: a line holds step {str(bad['step'])[:40]!r}, not a whole "
+                                  f"number; restore the file or remove that line (nothing was rewritten)")
+        for path, rows in logs.items():
+            write_jsonl_atomic(path, [r for r in rows if r.get("step", -1) <= from_step])
         if eval_rows is not None and self.eval_path.exists():
             write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
 
     def checkpoint_path(self, step: int) -> Path:
         self.here()
         return self.checkpoints_dir / f"step_{step:06d}"
+
+
+def _whole(step: Any) -> bool:
+    """Whether a log line's step is a whole number (a bool, a string or a float is a damaged line)."""
+    return isinstance(step, int) and not isinstance(step, bool)
 
 
 def rollout_to_state(r: Rollout) -> dict[str, Any]:
