@@ -5,7 +5,8 @@ aliases (`b: [*a, *a, ...]`, `c: [*b, *b, ...]`, ...) loads instantly as a small
 everything that walks it as a tree (validation, copies, dumps) visits each value once per path:
 such a file was seen to grow to 34 MB in 54 s. `safe_load` counts the values of the document as
 a tree, each alias expanded, before building anything, and refuses more than `MAX_VALUES` with
-one line (and a value that holds itself through an alias).
+one line (and a value that holds itself through an alias). A key given twice in one mapping is
+refused too, naming both lines, and so is nesting past `MAX_DEPTH` levels.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int], 
     open_nodes.add(key)
     if isinstance(node, yaml.MappingNode):
         children = [n for pair in node.value for n in pair]
+        _no_duplicate_keys(node, where)
     elif isinstance(node, yaml.SequenceNode):
         children = list(node.value)
     else:
@@ -77,3 +79,17 @@ def expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int], 
     open_nodes.discard(key)
     sizes[key] = total
     return total
+
+
+def _no_duplicate_keys(node: yaml.MappingNode, where: str) -> None:
+    """ConfigError naming a key a mapping gives twice and both its lines (YAML would keep the last
+    value without a word: a setting edited in one place and overridden further down)."""
+    first: dict[str, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key.start_mark.line + 1
+        if key.value in first:
+            raise ConfigError(f"config error: {where}: key {key.value!r} is given twice (lines {first[key.value]} and "
+                              f"{line}): YAML would keep the last one without a word; keep one")
+        first[key.value] = line

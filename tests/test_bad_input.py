@@ -353,3 +353,27 @@ def test_python_arguments_of_the_wrong_type_are_one_config_error(earlier, call, 
 
     with pytest.raises(dynalize.ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         call(earlier)
+
+
+def test_a_key_given_twice_in_a_config_is_refused_naming_both_lines(tmp_path, earlier, capsys):
+    (tmp_path / "dup.yaml").write_text("seed: 1\ngenerator:\n  temperature: 0.7\n  max_new_tokens: 8\n"
+                                       "  temperature: 1.3\n")
+    argv = ["--print-config", "--config", str(tmp_path / "dup.yaml"), *toy(tmp_path, "new")]
+    fails_cleanly(argv, capsys, tmp_path, "dup.yaml: key 'temperature' is given twice (lines 3 and 5)")
+    fails_cleanly(["--print-config", *toy(tmp_path, "new"), "generator={max_new_tokens: 8, max_new_tokens: 9}"],
+                  capsys, tmp_path, "override generator: key 'max_new_tokens' is given twice (lines 1 and 1)")
+
+
+def test_a_yaml_merge_key_is_not_a_duplicate(tmp_path):
+    from dynalize.config import read_yaml
+
+    (tmp_path / "merge.yaml").write_text("base: &b {temperature: 0.7}\ngenerator:\n  <<: *b\n  max_new_tokens: 8\n")
+    assert read_yaml(tmp_path / "merge.yaml")["generator"] == {"temperature": 0.7, "max_new_tokens": 8}
+
+
+def test_folder_in_use_is_importable_from_dynalize_and_is_a_config_error():
+    import dynalize
+    from dynalize.folderlock import FolderInUse
+
+    assert dynalize.FolderInUse is FolderInUse and issubclass(dynalize.FolderInUse, dynalize.ConfigError)
+    assert "FolderInUse" in dynalize.__all__
