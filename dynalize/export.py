@@ -25,9 +25,9 @@ import argparse
 import json
 import os
 import shutil
-import types
 import sys
 import tempfile
+import types
 import typing
 from pathlib import Path
 

@@ -286,6 +286,7 @@ def test_follow_names_the_steps_a_rotating_trl_writer_removed_before_they_were_r
     assert second.returncode in MONITORED, second.stderr
     warned = [line for line in second.stderr.splitlines() if "vanished before the monitor read them" in line]
     assert len(warned) == 1 and warned[0].startswith("warning: step(s) 2, 3, 4, 5, 6 vanished"), second.stderr
+    assert warned[0].endswith("summary.json counts them (vanished_steps)")  # one line, not wrapped
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1, 7, 8]
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["vanished"], summary["vanished_steps"]) == (5, [2, 3, 4, 5, 6])

@@ -140,7 +140,8 @@ def applies_to_none(completions, **kwargs):
 
 
 def test_a_stop_for_rollouts_the_reward_functions_left_unscored_names_them_not_a_judge(tmp_path, capsys):
-    assert cli.main(cli_argv(tmp_path, "reward_funcs=[test_reward_function_trust:applies_to_none]", "left_out_window=1")) == 3
+    argv = cli_argv(tmp_path, "reward_funcs=[test_reward_function_trust:applies_to_none]", "left_out_window=1")
+    assert cli.main(argv) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("stopped: 8 of 8 rollouts (100%) were left out"), err
     assert "8 by reward_funcs (every reward function returned None for it)" in err[-1] and "judge" not in err[-1]

@@ -29,8 +29,8 @@ def run_process(tmp_path: Path, reward: str, *extra: str) -> subprocess.Complete
     argv = [sys.executable, "-m", "dynalize.run", "--log-level", "ERROR", f"output_dir={tmp_path / 'runs'}", "name=x",
             "steps=4", "batch_size=8", "group_size=4", "progress=false", "generator.max_new_tokens=8",
             "task.name=prompts", f"task.args.train_file={rows}", "task.args.eval_fraction=0",
-            "reward_model.enabled=false", "checkpoint_every=0", "torch_threads=1", f"reward_funcs=[movingrewards:{reward}]",
-            *extra]
+            "reward_model.enabled=false", "checkpoint_every=0", "torch_threads=1",
+            f"reward_funcs=[movingrewards:{reward}]", *extra]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
 
 

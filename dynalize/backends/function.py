@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..scorecheck import checked_scores
+from .scorecheck import checked_scores
 from ..types import Prompt
 from .base import RewardModel, RMInput
 

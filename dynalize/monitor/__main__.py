@@ -263,7 +263,7 @@ class Watch:
             self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
             self.m.start(source_of(self.args))
         if follow and (line := self.vanished().check(reading.files, set(self.m.done))):  # a rotating writer
-            console().print(f"[yellow]{line}[/]", highlight=False)
+            console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)  # one line, never wrapped
         n = anyio.run(monitor_once, self.m, steps, hold)
         self.done += n
         if n and follow:
@@ -361,7 +361,7 @@ def report(m: Monitor, args: argparse.Namespace) -> int:
     from .vanished import note
 
     if said := note(m.out):
-        console().print(f"[yellow]warning: {said}[/]", highlight=False)
+        console().print(f"[yellow]warning: {said}[/]", highlight=False, soft_wrap=True)
     write_outputs(m, args)
     return exit_status(found, evidence)
 

@@ -75,8 +75,8 @@ class VanishedSteps:
             append_jsonl(self.out / LOG, {"step": s, "how": new[s]})
         self.said |= set(new)
         steps = sorted(new)
-        return (f"warning: step(s) {', '.join(map(str, steps))} vanished before the monitor read them (their files were "
-                f"removed: a writer rotating its logs?); they are not monitored, and summary.json counts them "
+        return (f"warning: step(s) {', '.join(map(str, steps))} vanished before the monitor read them (their files "
+                f"were removed: a writer rotating its logs?); they are not monitored, and summary.json counts them "
                 f"(vanished_steps)")
 
 

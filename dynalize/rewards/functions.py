@@ -19,7 +19,7 @@ recorded per rollout (`rewards: {name: score or null}`) and as metrics `rewards/
 `rewards/<name>/std` (over the rollouts it scored; std with Bessel's correction, as TRL).
 
 Nothing a function does can change what the run trains or records as its own: its scores are read
-strictly (dynalize/scorecheck.py), a metric it logs goes under `user/` (`log_metric("step", 9)` is
+strictly (dynalize/backends/scorecheck.py), a metric it logs goes under `user/` (`log_metric("step", 9)` is
 `user/step`, never the row's `step`), and a data column named like an argument TRL passes
 (`RESERVED_COLUMNS`: `completions` would replace the replies) is refused when the run starts.
 """
@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hooks import user_code
-from ..scorecheck import MAX_SCORE, as_number, checked_scores
+from ..backends.scorecheck import MAX_SCORE, as_number, checked_scores
 from ..types import Batch, Prompt, Rollout
 from .base import RewardTerm, TermScores
 

@@ -16,7 +16,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 MAX_SCORE = 1e30
 """The largest |score| taken: far past any reward scale, and small enough that a batch's weighted
