@@ -253,4 +253,6 @@ def test_a_replay_does_not_depend_on_the_order_rows_are_listed_within_a_step(tmp
            [(p["since"], p["entered"], p["title"]) for p in summary[1]["patterns"]]
     assert [m["reward/mean"] for m in read_jsonl(tmp_path / "out_a" / "metrics.jsonl")] == \
            [m["reward/mean"] for m in read_jsonl(tmp_path / "out_b" / "metrics.jsonl")]
+    for step_file in sorted((tmp_path / "out_a" / "rollouts").glob("step_*.jsonl")):  # the same replay, row by row
+        assert step_file.read_bytes() == (tmp_path / "out_b" / "rollouts" / step_file.name).read_bytes()
     assert run(b, "--out", tmp_path / "out_a", "--no-html") in (0, LIVE_EXIT, INSUFFICIENT_EXIT)  # not "rows changed"
