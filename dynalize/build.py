@@ -31,7 +31,7 @@ from .penalties.lexical import LexicalProposer
 from .penalties.proposer import LLMProposer
 from .plugins import import_object
 from .rewards import PenaltyTerm, RewardTerm, RMTerm, RubricTerm
-from .rewards.functions import FunctionsTerm, RewardFunction, function_name
+from .rewards.functions import FunctionsTerm, RewardFunction, function_name, reserved_column
 from .rubrics.config import RubricJudgeConfig
 from .rubrics.criteria import Criterion, RubricError, rubric_from_meta
 from .rubrics.dropout import unmatched
@@ -263,6 +263,9 @@ def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
         terms.append(build_rubric_term(cfg, task))
     if cfg.reward_funcs:
         terms.append(build_functions_term(cfg, alone=not terms))
+        for split in ("train", "eval"):  # a column named like a TRL argument would stand for it
+            if problem := reserved_column(task_prompts(task, cfg.task.name, split)):  # type: ignore[arg-type]
+                raise ConfigError(problem)
     if cfg.penalties.enabled:
         terms.append(build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed))
     return terms

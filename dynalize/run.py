@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from . import api
+from .backends.secrets import mask_secrets
 from .caller_state import LOG_LEVEL_HELP
 from .api import follow, set_torch_threads, setup_logging  # noqa: F401 - their old home
 from .api import train_async as train  # noqa: F401 - the coroutine, as callers of dynalize.run know it
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(err.error, KeyboardInterrupt):  # raised by user code: the interrupted path
                 print(f"interrupted: {err}; metrics and rollouts written so far are kept", file=sys.stderr)
                 return 130
-            trace = "".join(traceback.format_exception(err.error)) if err.error.__traceback__ else ""
+            trace = mask_secrets("".join(traceback.format_exception(err.error))) if err.error.__traceback__ else ""
             print(f"error: {err}\n{trace}", end="", file=sys.stderr)  # task, then its traceback (if it tells more)
             return 1
         if problem := next(filter(None, map(filesystem_problem, _walk(e))), None):  # a full disk, a read-only folder

@@ -37,12 +37,25 @@ EVIDENCE = "evidence.jsonl"
 STATE_VERSION = 1
 
 
-def rows_digest(rows: list[MonitoredRollout]) -> str:
-    """What a monitored step held: a later invocation refuses a step whose rows changed."""
+def row_key(r: MonitoredRollout) -> str:
+    """A rollout as text: group, prompt, turns and reward (its order in the file left out)."""
+    return json.dumps([r.group, [m.to_dict() for m in r.prompt], [m.to_dict() for m in r.turns], r.reward],
+                      ensure_ascii=False)
+
+
+def in_canonical_order(rows: list[MonitoredRollout]) -> list[MonitoredRollout]:
+    """A step's rows sorted by what they hold: a replay never depends on the order a framework (or
+    a shuffle, or a parallel writer) listed them in within the step."""
+    return sorted(rows, key=row_key)
+
+
+def rows_digest(rows: list[MonitoredRollout], in_file_order: bool = False) -> str:
+    """What a monitored step held, in any order: a later invocation refuses a step whose rows
+    changed. (`in_file_order`: the digest monitor folders saved before, order included.)"""
     h = hashlib.sha256()
-    for r in rows:
-        h.update(json.dumps([r.group, [m.to_dict() for m in r.prompt], [m.to_dict() for m in r.turns], r.reward],
-                            ensure_ascii=False).encode())
+    keys = list(map(row_key, rows))
+    for key in keys if in_file_order else sorted(keys):
+        h.update(key.encode())
     return h.hexdigest()[:16]
 
 
@@ -135,7 +148,7 @@ class Monitor:
     def check_unchanged(self, steps: dict[int, list[MonitoredRollout]]) -> None:
         """Refuse rows that changed under a step already monitored (one line)."""
         for step, digest in self.done.items():
-            if step in steps and rows_digest(steps[step]) != digest:
+            if step in steps and digest not in (rows_digest(steps[step]), rows_digest(steps[step], True)):
                 raise MonitorInputError(f"monitor: the rows of step {step} changed since it was monitored; "
                                         f"monitor into a new --out folder")
 
@@ -143,7 +156,7 @@ class Monitor:
         """Judge, retire and propose for one step, as a run's penalty term would; its metrics row."""
         if self.done and step <= max(self.done):
             raise MonitorInputError(f"monitor: step {step} comes after step {max(self.done)} was monitored")
-        batch = as_batch(step, rows)
+        batch = as_batch(step, in_canonical_order(rows))
         scored = await self.term.score(batch)
         for r, info, unscored in zip(batch.rollouts, scored.info, scored.unscored or [False] * len(batch.rollouts)):
             r.info.update(info)
