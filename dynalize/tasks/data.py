@@ -32,9 +32,9 @@ from typing import Any, TypeVar
 
 from pydantic import Field
 
+from ..extras import optional_import
 from .base import TaskArgs
 from .hub import HUB_PREFIX, read_hub
-from ..extras import optional_import
 from .rows import DataError, Row, first_line
 
 T = TypeVar("T")
