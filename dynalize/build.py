@@ -7,7 +7,6 @@ every engine receives a model directory. Settings live in the config modules
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from .backends.chat import LimitedChatModel, ScriptedChatModel
 from .backends.config import ChatModelConfig
 from .config import RunConfig
 from .errors import ConfigError, one_line
+from .extras import optional_import, require
 from .hooks import declares
 from .loop import Parts
 from .penalties.buffer import PenaltyBuffer
@@ -295,10 +295,8 @@ def build_reward_trainer(cfg: Any, base_dir: str, tokenizer: Any, train_dataset:
     `cfg.trainer_args` are passed to `trl.RewardConfig` as they are and win over the rest."""
     import torch
 
-    try:
-        from trl import RewardConfig, RewardTrainer
-    except ImportError:
-        raise ConfigError("training a reward model needs TRL: pip install 'dynalize[rm]'") from None
+    trl = optional_import("trl", "config error: training a reward model")
+    RewardConfig, RewardTrainer = trl.RewardConfig, trl.RewardTrainer
 
     import math
     import os
@@ -342,8 +340,8 @@ def check_config(cfg: RunConfig) -> None:
         _check_model_dir("reward_model.path", rm.path)
     if cfg.trainer.kl.active and cfg.trainer.kl.reference:
         _check_model_dir("trainer.kl.reference", cfg.trainer.kl.reference)
-    if cfg.policy.lora is not None and importlib.util.find_spec("peft") is None:
-        raise ConfigError("config error: policy.lora needs peft, which is not installed: pip install 'dynalize[lora]'")
+    if cfg.policy.lora is not None:
+        require("peft", "config error: policy.lora")
     if problem := cfg.trainer.kl.penalty_problem():
         raise ConfigError(f"config error: trainer.kl: {problem}")
     if cfg.trainer.kl.active and cfg.trainer.kl.reference and cfg.policy.lora:

@@ -6,7 +6,7 @@ prints a summary. The settings start from `--config`'s file, or from the run's s
 no arguments at all it runs the built-in demo, dynalize/assets/default.yaml (the sandbox task with
 Dynalize on, a few minutes on a CPU).
 
-Exit codes (README.md, docs/reliability.md): 0 finished; 1 an unexpected error (a traceback; task
+Exit codes (docs/running.md, docs/reliability.md): 0 finished; 1 an unexpected error (a traceback; task
 code that raised: which hook, then its traceback); 2 bad input (one line: a config, a task, data,
 a run directory already in use or held by another process (one writer per folder), a link in
 it that leads out of it, a resume that would change what the run is, no intact
@@ -72,7 +72,7 @@ def sections_help() -> str:
     return ("config sections (set a field with section.field=value; every field is documented where it is\n"
             "declared, in the file and class named here):\n" + "\n".join(lines) +
             f"\n\ntop-level fields: {textwrap.fill(top, 96, subsequent_indent='  ')}\n\n"
-            "--print-config shows every field's resolved value. README.md and docs/ explain the run.")
+            "--print-config shows every field's resolved value. docs/running.md explains the run.")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
