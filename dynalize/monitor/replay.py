@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import yaml
 
-from ..build import build_penalty_term
+from ..build_penalties import penalty_term, uses_llm
 from ..penalties.config import PenaltiesConfig
 from ..rewards.penalties import PenaltyTerm
 from ..runlog import RunDir, append_jsonl, read_jsonl, write_jsonl_atomic
@@ -70,6 +70,17 @@ def within_group_gap(batch: Batch, pid: str) -> float | None:
     return statistics.fmean(gaps) if gaps else None
 
 
+def monitor_term(cfg: PenaltiesConfig, domain: str, seed: int) -> PenaltyTerm:
+    """The penalty term `cfg` describes; an engine (dynalize.build) is imported only for an LLM
+    proposer or judge, so a lexical replay with the regex judge loads no torch or transformers."""
+    factory = None
+    if uses_llm(cfg):
+        from ..build import build_chat_model
+
+        factory = build_chat_model
+    return penalty_term(cfg, domain=domain, seed=seed, chat_factory=factory)
+
+
 class Monitor:
     """One monitor output folder: the penalty term, the steps done, and how to continue."""
 
@@ -77,7 +88,7 @@ class Monitor:
                  term: PenaltyTerm | None = None):
         self.out = Path(out)
         self.cfg, self.seed, self.domain = cfg, seed, domain
-        self.term = term or build_penalty_term(cfg, domain=domain, seed=seed)
+        self.term = term or monitor_term(cfg, domain, seed)
         self.log = RunDir(self.out)
         self.done: dict[int, str] = {}
         """Monitored steps and the digest of their rows."""

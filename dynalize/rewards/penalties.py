@@ -32,13 +32,12 @@ from typing import Any
 import anyio.abc
 import structlog
 
-from .. import grpo
 from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
-from ..penalties.views import ProposerView, ViewSample, build_view, own_reply_scores, pool_views
+from ..penalties.views import ProposerView, ViewSample, build_view, group_centred, own_reply_scores, pool_views
 from ..types import Batch, Rollout, output_step
 from .base import RewardTerm, TermScores
 
@@ -143,7 +142,7 @@ class PenaltyTerm(RewardTerm):
         background on the views of the last `view_steps` batches."""
         before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
         own = [[reply_scores(r, b) for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
-        latest = build_view(batch, before, grpo.advantages(before), seed=self.seed, step=batch.step,
+        latest = build_view(batch, before, group_centred(before), seed=self.seed, step=batch.step,
                             groups=self.view_groups, per_group=self.view_per_group, reply_scores=own)
         if self._reference_batches < self.cfg.reference_steps:
             self.reference = self.reference + latest.samples
