@@ -2,7 +2,8 @@
 rollouts, takes a half-written line as unfinished, writes its summary as it goes and monitors
 the last step once the run stops writing; the table says when a pattern was detected and the
 last gap it could measure; TRL's reward is the trainer's weighted reward; OpenRLHF's newest
-table is the one of the highest step; `--help` loads no model library."""
+table is the one of the highest step; `--help`, and a replay with the lexical proposer and the
+regex judge, load no model library."""
 
 from __future__ import annotations
 
@@ -322,3 +323,19 @@ def test_a_first_step_logged_off_the_cadence_is_no_gap():
     from dynalize.monitor.vanished import cadence
 
     assert cadence({1, 10, 20, 30}) == 10 and cadence({0, 5}) is None and cadence({0, 1, 2, 7, 8, 9}) == 1
+
+
+def test_a_lexical_replay_with_the_regex_judge_loads_no_model_library(tmp_path):
+    """The whole monitor, to its report.html, in a process of its own: neither torch nor transformers
+    is imported (what it loads, not how long it takes)."""
+    path = write_jsonl(tmp_path / "r.jsonl", hacked_rows(12))
+    code = ("import runpy, sys\nsys.argv = ['dynalize.monitor'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('dynalize.monitor', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    print('exit', e.code)\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'trl') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, str(path), "--out", str(tmp_path / "out"),
+                           "--proposer", "lexical", "--judge", "regex"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-2:] == [f"exit {LIVE_EXIT}", "[]"], proc.stdout
+    assert (tmp_path / "out" / "report.html").exists()

@@ -33,7 +33,7 @@ from .readers import FORMATS
 
 from ..penalties.config import PenaltiesConfig
 
-if TYPE_CHECKING:  # the replay imports torch: loaded after the arguments are parsed (`--help` stays quick)
+if TYPE_CHECKING:  # the replay (numpy, scipy) is loaded after the arguments are parsed (`--help` stays quick)
     from .readers import MonitoredRollout, Reading
     from .replay import Monitor
     from .vanished import VanishedSteps

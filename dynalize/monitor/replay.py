@@ -8,8 +8,9 @@ reference). Nothing is trained, so nothing waits: a proposal finishes before the
 makes a replay deterministic and a continued replay (`Monitor.load`) equal to one made in one go.
 
 The output folder is run-like (what `python -m dynalize.report` reads): metrics.jsonl,
-rollouts/step_NNNNNN.jsonl (with verdicts), penalties.jsonl, plus monitor_state.json, the state a
-later invocation continues from.
+rollouts/step_NNNNNN.jsonl (with verdicts), penalties.jsonl, plus monitor_state.json and
+monitor_state/, the state a later invocation continues from (state.py: saving a step costs what
+the step holds, not what the run has monitored).
 """
 
 from __future__ import annotations
@@ -23,18 +24,21 @@ from typing import Any
 import anyio
 import yaml
 
-from ..build import build_penalty_term
+from ..build_penalties import penalty_term, uses_llm
 from ..penalties.config import PenaltiesConfig
 from ..rewards.penalties import PenaltyTerm
 from ..runlog import RunDir, append_jsonl, read_jsonl, write_jsonl_atomic
 from ..types import Batch, Rollout
 from .outdir import STATE, write_atomic
 from .readers import MonitoredRollout, MonitorInputError
+from .state import StateFiles
 
 EVIDENCE = "evidence.jsonl"
 """One line per proposal: its step, whether its tests could have seen a hack (`state`), why not
 (`reason`) and the smallest effect they could detect (`detectable`)."""
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: the views, the reference and the steps' digests saved apart (state.py); 1 (read, then
+continued as 2): everything in monitor_state.json, rewritten whole every step."""
 
 
 def row_key(r: MonitoredRollout) -> str:
@@ -83,6 +87,17 @@ def within_group_gap(batch: Batch, pid: str) -> float | None:
     return statistics.fmean(gaps) if gaps else None
 
 
+def monitor_term(cfg: PenaltiesConfig, domain: str, seed: int) -> PenaltyTerm:
+    """The penalty term `cfg` describes; an engine (dynalize.build) is imported only for an LLM
+    proposer or judge, so a lexical replay with the regex judge loads no torch or transformers."""
+    factory = None
+    if uses_llm(cfg):
+        from ..build import build_chat_model
+
+        factory = build_chat_model
+    return penalty_term(cfg, domain=domain, seed=seed, chat_factory=factory)
+
+
 class Monitor:
     """One monitor output folder: the penalty term, the steps done, and how to continue."""
 
@@ -90,11 +105,12 @@ class Monitor:
                  term: PenaltyTerm | None = None):
         self.out = Path(out)
         self.cfg, self.seed, self.domain = cfg, seed, domain
-        self.term = term or build_penalty_term(cfg, domain=domain, seed=seed)
+        self.term = term or monitor_term(cfg, domain, seed)
         self.log = RunDir(self.out)
         self.done: dict[int, str] = {}
         """Monitored steps and the digest of their rows."""
         self.source: dict[str, Any] = {}
+        self.files = StateFiles(self.out)
 
     # --- persistence ----------------------------------------------------------------------------
 
@@ -107,12 +123,23 @@ class Monitor:
             cfg = PenaltiesConfig.model_validate(state["penalties"])
         except (OSError, json.JSONDecodeError, KeyError, ValueError) as e:
             raise MonitorInputError(f"monitor: {path} is not a readable monitor state ({type(e).__name__})") from None
-        if state.get("version") != STATE_VERSION:
+        if state.get("version") not in (1, STATE_VERSION):
             raise MonitorInputError(f"monitor: {path} was written by another monitor version")
         m = cls(out, cfg, seed=int(state["seed"]), domain=state.get("domain", ""), term=term)
-        m.term.load_state_dict(state["term"])
-        m.done = {int(k): v for k, v in state["done"].items()}
         m.source = dict(state.get("source") or {})
+        try:
+            if state["version"] == 1:  # everything inline: saved apart from the next step on
+                m.term.load_state_dict(state["term"])
+                m.done = {int(k): v for k, v in state["done"].items()}
+                m.files.views.mkdir(parents=True, exist_ok=True)
+                write_jsonl_atomic(m.files.root / "steps.jsonl",
+                                   [{"step": k, "digest": v} for k, v in sorted(m.done.items())])
+            else:
+                m.files.load_term(m.term, state["term"])
+                m.done = m.files.load_steps(state["last"])
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise MonitorInputError(f"monitor: {path} or {m.files.root} is not a readable monitor state "
+                                    f"({type(e).__name__}: {e})") from None
         m.trim()
         return m
 
@@ -128,12 +155,16 @@ class Monitor:
                 if len(keep) != len(rows):
                     write_jsonl_atomic(path, keep)
 
-    def save(self) -> None:
-        """monitor_state.json, written whole (a crash leaves the previous one)."""
+    def save(self, step: int | None = None) -> None:
+        """The state after monitoring `step` (None: before any): that step's view and digest
+        written apart (state.py), then monitor_state.json, small, written whole (a crash leaves
+        the previous one), then the views it no longer keeps removed."""
+        term = self.files.save_term(self.term, step, self.done.get(step) if step is not None else None)
         state = {"version": STATE_VERSION, "seed": self.seed, "domain": self.domain, "source": self.source,
-                 "penalties": self.cfg.model_dump(mode="json"), "done": {str(k): v for k, v in self.done.items()},
-                 "term": self.term.state_dict()}
+                 "penalties": self.cfg.model_dump(mode="json"), "last": max(self.done) if self.done else None,
+                 "steps": len(self.done), "term": term}
         write_atomic(self.out / STATE, json.dumps(state, ensure_ascii=False))
+        self.files.forget_views(term["recent_steps"])
 
     def start(self, source: dict[str, Any]) -> None:
         """A new output folder: its config.yaml names the source and the penalty settings."""
@@ -173,7 +204,7 @@ class Monitor:
         self.log.log_events("penalties", scored.events)
         self.log.log_metrics(metrics)
         self.done[step] = rows_digest(rows)
-        self.save()
+        self.save(step)
         return metrics
 
     def metrics(self, batch: Batch) -> dict[str, Any]:
