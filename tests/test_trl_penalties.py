@@ -3,6 +3,8 @@ model (tests/trl_tiny_run.py), their logs, checkpoints, run folder and two proce
 
 from __future__ import annotations
 
+import ast
+import difflib
 import json
 import os
 import re
@@ -171,12 +173,15 @@ def test_two_processes_propose_once_and_judge_alike(tmp_path):
     assert ranks[0]["returned"][2] + ranks[1]["returned"][2] == expected
 
 
-def test_the_example_changes_a_plain_trl_script_by_two_lines_and_an_import_and_runs(tmp_path):
-    plain = (ROOT / "examples" / "trl_penalties" / "plain.py").read_text().splitlines()
-    with_penalties = (ROOT / "examples" / "trl_penalties" / "train.py").read_text().splitlines()
-    code = lambda lines: [x for x in lines if x.strip() and not x.startswith((" ", '"""', "#")) or "Trainer(" in x]
-    added = [x for x in code(with_penalties) if x not in code(plain)]
-    assert [x for x in added if "dynalize" in x or "penalties" in x] == added and len(added) == 3, added
+def test_the_example_is_a_plain_trl_script_with_an_import_and_two_lines_changed_and_runs(tmp_path):
+    def code(name: str) -> list[str]:  # the script's lines after its docstring, blank lines left out
+        text = (ROOT / "examples" / "trl_penalties" / name).read_text()
+        return [x for x in text.splitlines()[ast.parse(text).body[0].end_lineno:] if x.strip()]
+
+    diff = list(difflib.ndiff(code("plain.py"), code("train.py")))
+    added, removed = [x[2:] for x in diff if x.startswith("+ ")], [x[2:] for x in diff if x.startswith("- ")]
+    assert len(removed) == 1 and removed[0].startswith("trainer = GRPOTrainer(")
+    assert len(added) == 3 and all(x.endswith("# dynalize") for x in added), added
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "trl_penalties" / "train.py"), "--steps", "2",
                            "--model", "tiny:policy", "--out", str(tmp_path / "run")], env=env(), capture_output=True,
                           text=True, timeout=900)
