@@ -130,6 +130,11 @@ def main() -> None:
     ap.add_argument("--bar", type=int, default=36, help="the planted length bar (words)")
     ap.add_argument("--tail", type=int, default=3, help="the steps 'at the end' averages over")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_trl_penalties"))
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--arms", default="plain,penalties", help="which runs, comma-separated (one process per arm "
+                    "started side by side shares the machine's load alike)")
+    ap.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
+                    help="print the table of earlier results.json files (no training)")
     ap.add_argument("--quick", action="store_true", help="1 seed, 4 steps, 2 prompts x 4 (a smoke run)")
     args = ap.parse_args()
     if args.quick:
@@ -137,13 +142,19 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     shortcut = [Shortcut("word", args.word), Shortcut("length_step", str(args.bar))]
     results = []
-    for seed in range(args.seeds):
-        for arm in ("plain", "penalties"):
+    if args.table:
+        results = sorted((r for f in args.table for r in json.loads(f.read_text())), key=lambda r: (r["seed"], r["arm"] != "plain"))
+        args.seeds = len({r["seed"] for r in results})
+    for seed in range(args.first_seed, args.first_seed + args.seeds) if not args.table else []:
+        for arm in args.arms.split(","):
             r = train(arm, seed, args.steps, args.prompts, args.group, shortcut, args.out / f"{arm}_s{seed}", args.tail)
             print(json.dumps(r), flush=True)
             results.append(r)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    if not args.table:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    if {r["arm"] for r in results} != {"plain", "penalties"}:
+        return
     print(f"\n{args.seeds} seed(s) x {args.steps} steps of {args.prompts} prompts x {args.group}; planted: "
           f"'{args.word}' (+0.6 x sqrt(count, up to 3)) and over {args.bar} words (+0.6)\n")
     print(table(results, args.word, args.bar, args.tail))
