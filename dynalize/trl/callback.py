@@ -165,8 +165,18 @@ class Penalties(TrainerCallback):
             return [None] * len(before)
         state = kwargs["trainer_state"]
         parts = self._procs.gather((kwargs["prompts"], kwargs["completions"], before))
-        result = self._main_step(state.global_step + 1, parts) if self._procs.main else None
+        failure: BaseException | None = None
+        result: dict[str, Any] | None = None
+        if self._procs.main:
+            try:
+                result = self._main_step(state.global_step + 1, parts)
+            except Exception as e:  # the other ranks wait for the broadcast: they stop too, never hang
+                failure, result = e, {"error": f"{type(e).__name__}: {e}"}
         result = self._procs.broadcast(result)
+        if failure is not None:
+            raise failure
+        if "error" in result:
+            raise PenaltiesFailed(f"dynalize.trl: the main process failed: {result['error']}")
         if not self._procs.main:
             self._bg.call(self.term.buffer.load_json, result["buffer"])
         self.status, self._stop = result["status"], result["stop"]
@@ -251,9 +261,9 @@ class Penalties(TrainerCallback):
             return
         if self.cfg.sync:
             self._bg.call(self.term.settle)
-        term = self._bg.call(self.term.state_dict)
-        if not self._procs.main:
+        if not self._procs.main:  # it alone proposes: the others hold the buffer only
             return
+        term = self._bg.call(self.term.state_dict)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         assert self.folder is not None
         record = {"version": STATE_VERSION, "step": state.global_step, "penalties": self.cfg.model_dump(mode="json"),
