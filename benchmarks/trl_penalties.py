@@ -35,7 +35,7 @@ from discovery_worlds import Shortcut, honest_reward, words  # noqa: E402
 
 
 def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: list[Shortcut], out: Path,
-          tail: int) -> dict[str, Any]:
+          tail: int, lam: float | None = None) -> dict[str, Any]:
     """One GRPOTrainer run; what its last `tail` steps wrote and how long its steps took."""
     import torch
     from datasets import Dataset
@@ -74,7 +74,7 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     if arm == "penalties":
         from dynalize.trl import Penalties
 
-        penalties = Penalties(funcs, html=False)
+        penalties = Penalties(funcs, penalties={} if lam is None else {"lam": lam}, html=False)
         funcs, callbacks = penalties.reward_funcs, [penalties]
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=funcs, args=args,
                           train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(path),
@@ -91,7 +91,7 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     if arm == "penalties":
         events = read_jsonl(out / "dynalize" / "penalties.jsonl")
         adds = [{"step": e["step"], "title": e["title"]} for e in events if e["event"] in ("add", "revive")]
-    return {"arm": arm, "seed": seed, "word": statistics.fmean(shortcut[0].present(r) for r, _ in last),
+    return {"arm": arm, "seed": seed, "lam": lam, "word": statistics.fmean(shortcut[0].present(r) for r, _ in last),
             "bar": statistics.fmean(shortcut[1].present(r) for r, _ in last),
             "honest": statistics.fmean(h for _, h in last), "words": statistics.fmean(len(words(r)) for r, _ in last),
             "entries": adds, "step_time": statistics.fmean(step_times[1:] or step_times), "wall": wall}
@@ -102,7 +102,8 @@ def table(results: list[dict[str, Any]], word: str, bar: int, tail: int) -> str:
              f"last {tail} steps | penalties entered (step: title) | TRL step_time (s) |", "|" + " --- |" * 7]
     for r in results:
         entries = "; ".join(f"{e['step']}: {e['title']}" for e in r["entries"]) or "—"
-        lines.append(f"| {r['seed']} | {'TRL + penalties' if r['arm'] == 'penalties' else 'TRL alone'} | "
+        name = "TRL alone" if r["arm"] == "plain" else "TRL + penalties" + (f" (lam {r['lam']})" if r.get("lam") else "")
+        lines.append(f"| {r['seed']} | {name} | "
                      f"{r['word']:.0%} | {r['bar']:.0%} | {r['honest']:.3f} | {entries} | {r['step_time']:.2f} |")
     return "\n".join(lines)
 
@@ -110,14 +111,17 @@ def table(results: list[dict[str, Any]], word: str, bar: int, tail: int) -> str:
 def verdict(results: list[dict[str, Any]]) -> str:
     """The sentence the numbers give: per seed, is the honest reward higher with penalties, and the
     step time ratio."""
-    seeds = sorted({r["seed"] for r in results})
-    pair = {(r["seed"], r["arm"]): r for r in results}
+    pair = {(r["seed"], r["arm"]): r for r in results if r.get("lam") is None}
+    seeds = sorted(s for s, arm in pair if arm == "plain" and (s, "penalties") in pair)
     higher = [s for s in seeds if pair[s, "penalties"]["honest"] > pair[s, "plain"]["honest"]]
     ratios = [pair[s, "penalties"]["step_time"] / pair[s, "plain"]["step_time"] for s in seeds]
     return (f"honest reward at the end higher with penalties on {len(higher)} of {len(seeds)} seed(s); "
             f"step time with / without penalties: " + ", ".join(f"{x:.3f}x" for x in ratios)
             + f" (mean {statistics.fmean(ratios):.3f}x, target <= 1.05x: "
-            + ("met" if statistics.fmean(ratios) <= 1.05 else "not met") + ")")
+            + ("met" if statistics.fmean(ratios) <= 1.05 else "not met") + ")"
+            + "".join(f"; lam {r['lam']}, seed {r['seed']}: honest {r['honest']:.3f} against TRL alone's "
+                      f"{pair[r['seed'], 'plain']['honest']:.3f}" for r in results
+                      if r.get("lam") is not None and (r["seed"], "plain") in pair))
 
 
 def main() -> None:
@@ -131,6 +135,7 @@ def main() -> None:
     ap.add_argument("--tail", type=int, default=3, help="the steps 'at the end' averages over")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_trl_penalties"))
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--lam", type=float, default=None, help="penalties.lam (default: the penalties' default, 0.5)")
     ap.add_argument("--arms", default="plain,penalties", help="which runs, comma-separated (one process per arm "
                     "started side by side shares the machine's load alike)")
     ap.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
@@ -143,11 +148,13 @@ def main() -> None:
     shortcut = [Shortcut("word", args.word), Shortcut("length_step", str(args.bar))]
     results = []
     if args.table:
-        results = sorted((r for f in args.table for r in json.loads(f.read_text())), key=lambda r: (r["seed"], r["arm"] != "plain"))
+        results = sorted((r for f in args.table for r in json.loads(f.read_text())),
+                         key=lambda r: (r["seed"], r["arm"] != "plain", r.get("lam") or 0))
         args.seeds = len({r["seed"] for r in results})
     for seed in range(args.first_seed, args.first_seed + args.seeds) if not args.table else []:
         for arm in args.arms.split(","):
-            r = train(arm, seed, args.steps, args.prompts, args.group, shortcut, args.out / f"{arm}_s{seed}", args.tail)
+            r = train(arm, seed, args.steps, args.prompts, args.group, shortcut, args.out / f"{arm}_s{seed}", args.tail,
+                      args.lam)
             print(json.dumps(r), flush=True)
             results.append(r)
     if not args.table:
