@@ -96,6 +96,7 @@ def test_penalties_enter_from_the_step_after_their_proposal_and_reach_trls_logs(
     events = read_jsonl(folder / "penalties.jsonl")
     assert [(e["event"], e["step"], e.get("proposed_at")) for e in events if e["event"] == "add"] == [("add", 3, 2)]
     assert [m["step"] for m in read_jsonl(folder / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert [e["step"] for e in read_jsonl(folder / "evidence.jsonl")] == [2, 4]  # the last one, too, at the end
     rows = read_jsonl(folder / "rollouts" / "step_000003.jsonl")
     assert len(rows) == 8 and all("p001" in r["verdicts"] for r in rows)
     assert penalties.status == 10 and trainer.state.penalties_status == 10
@@ -128,7 +129,8 @@ def test_each_checkpoint_holds_the_penalties_and_a_resumed_run_is_bit_identical(
     shutil.copytree(out, resumed)
     shutil.rmtree(resumed / "checkpoint-4")  # the crash happened after step 2's checkpoint
     train(resumed, steps=4, save_steps=2, resume=True)
-    for name in ("penalties.jsonl", "metrics.jsonl", "rollouts/step_000003.jsonl", "rollouts/step_000004.jsonl"):
+    for name in ("penalties.jsonl", "evidence.jsonl", "metrics.jsonl", "rollouts/step_000003.jsonl",
+                 "rollouts/step_000004.jsonl"):
         assert (resumed / "dynalize" / name).read_bytes() == (out / "dynalize" / name).read_bytes(), name
     assert ((resumed / "checkpoint-4" / "dynalize_penalties.json").read_bytes()
             == (out / "checkpoint-4" / "dynalize_penalties.json").read_bytes())

@@ -110,8 +110,8 @@ class Penalties(TrainerCallback):
         funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
         for f in funcs:
             if isinstance(f, str) or not callable(f) or hasattr(f, "config"):
-                raise PenaltiesError(f"dynalize.trl: {f!r} is not a reward function: Penalties wraps Python functions "
-                                     f"(a reward model by name can stay beside penalties.reward_funcs only unwrapped)")
+                raise PenaltiesError(f"dynalize.trl: {f!r} is not a reward function: Penalties wraps Python reward "
+                                     f"functions (reward models, by name or as modules, are not supported)")
             if inspect.iscoroutinefunction(f) or inspect.iscoroutinefunction(getattr(f, "__call__", None)):
                 raise PenaltiesError(f"dynalize.trl: {callable_name(f)} is async: Penalties wraps synchronous reward "
                                      f"functions only")
@@ -266,6 +266,7 @@ class Penalties(TrainerCallback):
         term = self._bg.call(self.term.state_dict)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         assert self.folder is not None
+        self.folder.write_evidence(term["evidence"])
         record = {"version": STATE_VERSION, "step": state.global_step, "penalties": self.cfg.model_dump(mode="json"),
                   "observe_only": self.observe_only, "seed": self.seed, "term": term,
                   "evidence_written": self.folder.evidence_written}
@@ -279,6 +280,7 @@ class Penalties(TrainerCallback):
         try:
             self._bg.call(self.term.finish)
             if self._procs.main and self.folder is not None:
+                self.folder.write_evidence(self.term.evidence)
                 self.verdict = self.folder.finish(self.html)
                 log.info("penalties.verdict", verdict=self.verdict, folder=str(self.folder.out))
             self.verdict = self._procs.broadcast(self.verdict)

@@ -55,12 +55,17 @@ class RunFolder:
                    evidence: dict[str, Any] | None) -> None:
         """One step's rollouts, penalty events, metrics row, and the evidence of a proposal that
         finished since the last step."""
-        if evidence is not None and evidence != self.evidence_written:
-            append_jsonl(self.out / EVIDENCE, evidence)
-            self.evidence_written = evidence
+        self.write_evidence(evidence)
         self.log.log_rollouts(batch.step, batch.rollouts)
         self.log.log_events("penalties", events)
         self.log.log_metrics(metrics)
+
+    def write_evidence(self, evidence: dict[str, Any] | None) -> None:
+        """The latest finished proposal's evidence, once (a proposal finishes in the background:
+        its line is written at the next step, checkpoint or end of training)."""
+        if evidence is not None and evidence != self.evidence_written:
+            append_jsonl(self.out / EVIDENCE, evidence)
+            self.evidence_written = evidence
 
     def verdict(self) -> str:
         """The monitor's sentence on the folder as it stands."""
