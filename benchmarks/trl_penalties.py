@@ -88,7 +88,7 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     last = [(reply, h) for step, reply, h in seen if step > steps - tail]
     step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
     adds = []
-    if arm == "penalties":
+    if arm == "penalties" and (out / "dynalize" / "penalties.jsonl").exists():  # written at the first event
         events = read_jsonl(out / "dynalize" / "penalties.jsonl")
         adds = [{"step": e["step"], "title": e["title"]} for e in events if e["event"] in ("add", "revive")]
     return {"arm": arm, "seed": seed, "lam": lam, "word": statistics.fmean(shortcut[0].present(r) for r, _ in last),
