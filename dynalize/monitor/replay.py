@@ -98,6 +98,20 @@ def monitor_term(cfg: PenaltiesConfig, domain: str, seed: int) -> PenaltyTerm:
     return penalty_term(cfg, domain=domain, seed=seed, chat_factory=factory)
 
 
+def step_metrics(batch: Batch, term: PenaltyTerm) -> dict[str, Any]:
+    """One step's metrics row: the batch's size and reward (`Rollout.reward`), the term's metrics
+    (then reset) and each live penalty's within-group reward gap."""
+    rewards = [r.reward for r in batch.rollouts]
+    out: dict[str, Any] = {"step": batch.step, "rollouts": len(rewards), "groups": len(batch.groups),
+                           "reward/mean": statistics.fmean(rewards), "reward/std": statistics.pstdev(rewards)}
+    out.update(term.metrics())
+    for p in term.buffer.active():
+        gap = within_group_gap(batch, p.id)
+        if gap is not None:
+            out[f"penalty/{p.id}/reward_gap"] = gap
+    return out
+
+
 class Monitor:
     """One monitor output folder: the penalty term, the steps done, and how to continue."""
 
@@ -208,15 +222,7 @@ class Monitor:
         return metrics
 
     def metrics(self, batch: Batch) -> dict[str, Any]:
-        rewards = [r.reward for r in batch.rollouts]
-        out: dict[str, Any] = {"step": batch.step, "rollouts": len(rewards), "groups": len(batch.groups),
-                               "reward/mean": statistics.fmean(rewards), "reward/std": statistics.pstdev(rewards)}
-        out.update(self.term.metrics())
-        for p in self.term.buffer.active():
-            gap = within_group_gap(batch, p.id)
-            if gap is not None:
-                out[f"penalty/{p.id}/reward_gap"] = gap
-        return out
+        return step_metrics(batch, self.term)
 
     def stop_reason(self) -> str | None:
         return self.term.stop_reason()

@@ -94,8 +94,8 @@ class PenaltyTerm(RewardTerm):
     async def score(self, batch: Batch) -> TermScores:
         """Apply a finished proposal, judge every reply, retire what nothing triggered. With
         `sync`, first wait for the proposal in flight."""
-        if self.cfg.sync and self.in_flight and self._done is not None:
-            await self._done.wait()
+        if self.cfg.sync:
+            await self.settle()
         self._apply_pending(batch.step)
         rollouts = batch.rollouts
         active = self.buffer.active()
@@ -173,6 +173,12 @@ class PenaltyTerm(RewardTerm):
         self._count("proposer/started")
         task_group.start_soon(self._propose, view)
 
+    async def settle(self) -> None:
+        """Wait for the proposal in flight, if any, to finish (its result queued): what `sync`
+        does before a step's score, for a checkpoint taken between steps."""
+        if self.in_flight and self._done is not None:
+            await self._done.wait()
+
     async def finish(self) -> None:
         """The run ends: wait up to `finish_timeout` seconds (default 0) for a proposal in flight
         (a result is queued, so the last checkpoint keeps it); then cancel it (counted) and keep
@@ -225,7 +231,9 @@ class PenaltyTerm(RewardTerm):
 
     def state_dict(self, views_apart: bool = False) -> dict[str, Any]:
         """Buffer, running totals, the kept views, the accepted proposals not applied yet, and the
-        view of a proposal in flight (a resumed run proposes it again). `views_apart`: the kept
+        view of a proposal in flight (a resumed run proposes it again), and this step's counters not
+        reported yet (a proposal that finished after the step's metrics: the next step reports them).
+        `views_apart`: the kept
         views are named by their steps (`recent_steps`) and the reference left out, for a caller
         that saves each step's view once, apart (the monitor: a step's save then costs that step,
         not the window); `load_state_dict` then takes them back through `view_of`."""
@@ -234,7 +242,8 @@ class PenaltyTerm(RewardTerm):
             "buffer": self.buffer.to_json(), "totals": dict(self.totals),
             "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
             "in_flight": view_state(unfinished) if unfinished else None,
-            "reference_batches": self._reference_batches, "evidence": self.evidence, "proposals": self.proposals}
+            "reference_batches": self._reference_batches, "evidence": self.evidence, "proposals": self.proposals,
+            "unreported": dict(self._step)}  # counters since the last `metrics` (a proposal that finished)
         if views_apart:
             state["recent_steps"] = [v.step for v in self.recent]
         else:
@@ -257,6 +266,7 @@ class PenaltyTerm(RewardTerm):
             self.recent.extend(view_from_state(v) for v in state.get("recent", []))
             self.reference = [ViewSample(**s) for s in state.get("reference", [])]
         self.evidence = state.get("evidence")
+        self._step = dict(state.get("unreported", {}))
         # older checkpoints: every start counted, restarts too (at worst a share spent twice)
         self.proposals = int(state.get("proposals", self.totals.get("proposer/started", 0)))
         self._reference_batches = int(state.get("reference_batches", 1 if self.reference else 0))
