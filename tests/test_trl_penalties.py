@@ -50,7 +50,8 @@ def test_import_without_trl_says_how_to_install():
     done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['trl'] = None; import dynalize.trl"],
                           capture_output=True, text=True, env=env(), timeout=120)
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == "ImportError: dynalize.trl needs TRL: pip install 'dynalize[trl]'"
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: dynalize.trl needs trl, which is not installed: pip install 'dynalize[trl]'")
 
 
 def test_penalties_without_the_callback_say_so_in_one_line():

@@ -11,10 +11,10 @@ trainer = GRPOTrainer(..., reward_funcs=penalties.reward_funcs, callbacks=[penal
 
 from __future__ import annotations
 
-try:
-    import trl as _trl  # noqa: F401
-except ImportError:  # one line, not a traceback into TRL's absence
-    raise ImportError("dynalize.trl needs TRL: pip install 'dynalize[trl]'") from None
+from ..extras import installed, missing
+
+if not installed("trl"):  # one line, the extras' wording, not a traceback into TRL's absence
+    raise ImportError(str(missing("trl", "dynalize.trl", extra="trl"))) from None
 
 from .callback import HackDetected, Penalties, PenaltiesError, PenaltiesFailed
 
