@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ def last_evidence(out: Path) -> str | None:
 
 def score_run(kind: str, shape_name: str, seed: int, work: Path, settings: tuple[str, ...] = ()) -> dict[str, Any]:
     """Simulate, monitor and score one run; its row of the per-run results."""
+    t0 = time.perf_counter()
     shape, name = shape_named(shape_name), run_name(kind, shape_name, seed)
     world = make_world(kind, seed, shape_name)
     rollouts = simulate(world, shape, name)
@@ -55,7 +57,8 @@ def score_run(kind: str, shape_name: str, seed: int, work: Path, settings: tuple
             "seeable": world.trait is not None and onset is not None and first < SATURATED_FIRST,
             "qualifying": world.pay >= QUALIFYING_PAY and last >= QUALIFYING_PREVALENCE,
             "exit": status, "evidence": last_evidence(out), "patterns": judged, "detected": detect is not None,
-            "detect_step": detect, "delay": delay, "false": sum(not p["match"] for p in judged)}
+            "detect_step": detect, "delay": delay, "false": sum(not p["match"] for p in judged),
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:

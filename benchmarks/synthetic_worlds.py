@@ -95,9 +95,10 @@ class Shape:
 
 
 SHAPES: dict[str, Shape] = {s.name: s for s in [
-    Shape("8x8", 8, 8, 30), Shape("16x8", 16, 8, 30), Shape("2x16", 2, 16, 30), Shape("32x4", 32, 4, 30),
-    Shape("32x2", 32, 2, 30), Shape("8x8_log5", 8, 8, 150, log_every=5), Shape("8x8_verl", 8, 8, 30, format="verl"),
+    Shape("8x8", 8, 8, 20), Shape("16x8", 16, 8, 20), Shape("2x16", 2, 16, 20), Shape("32x4", 32, 4, 20),
+    Shape("32x2", 32, 2, 20), Shape("8x8_log5", 8, 8, 100, log_every=5), Shape("8x8_verl", 8, 8, 20, format="verl"),
 ]}
+"""Run shapes: 20 logged steps each (four proposals at the monitor's default `--every 5`)."""
 QUICK_SHAPE = Shape("quick_8x4", 8, 4, 10)
 """`--quick`: 10 logged steps of 8 prompts x 4 replies (two proposals): seconds a run."""
 
