@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from discovery_score import ONSET, SATURATED_FIRST, added, judge_patterns, run_monitor
+from discovery_score import SATURATED_FIRST, added, judge_patterns, logged_delay, onset_step, run_monitor
 from synthetic_worlds import HELD_OUT, NULL_KINDS, TUNED, make_world, shape_named, simulate, write_logs
 
 QUALIFYING_PAY, QUALIFYING_PREVALENCE = 0.5, 0.5
@@ -46,10 +46,10 @@ def score_run(kind: str, shape_name: str, seed: int, work: Path, settings: tuple
     judged = judge_patterns(added(out / "penalties.jsonl"), [(r.step, [r.reply]) for r in rollouts], truth)
     steps = sorted({r.step for r in rollouts})
     prevalence = {s: statistics.fmean(t for r, t in zip(rollouts, truth) if r.step == s) for s in steps}
-    onset = next((s for s in steps if prevalence[s] >= ONSET), None)
+    onset = onset_step(prevalence)
     hits = [p["since"] for p in judged if p["match"]]
     detect = min(hits) if hits else None
-    delay = sum(1 for s in steps if onset < s <= detect) if detect is not None and onset is not None else None
+    delay = logged_delay(steps, onset, detect)
     first, last = prevalence[steps[0]], prevalence[steps[-1]]
     return {"name": name, "kind": kind, "shape": shape_name, "seed": seed, "pay": world.pay,
             "drifting": world.drifting or None, "rollouts": len(rollouts), "logged_steps": len(steps),
