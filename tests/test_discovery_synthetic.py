@@ -178,3 +178,18 @@ def test_bad_arguments_are_one_line_and_exit_2():
     for args in (["--kinds", "nope"], ["--shapes", "9x9"], ["--tables-only"], ["--jobs", "0"]):
         proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, args
+
+
+def test_runs_come_in_rounds_every_kind_once_before_any_twice_and_nulls_on_more_seeds():
+    from discovery_synthetic import ALL_KINDS, plan
+
+    shapes = list(SHAPES)
+    todo = plan(ALL_KINDS, shapes, null_seeds=6, seeds=2)
+    assert len(todo) == len(set(todo)) == 6 * 7 * len(NULL_KINDS) + 2 * 7 * (len(ALL_KINDS) - len(NULL_KINDS))
+    first = todo[:len(ALL_KINDS)]
+    assert sorted(k for k, _, _ in first) == sorted(ALL_KINDS)
+    assert len({s for _, s, _ in first}) == len(shapes)  # the first round already spans every shape
+    for kind in ALL_KINDS:
+        runs = [(s, seed) for k, s, seed in todo if k == kind]
+        assert len(runs) == (6 if kind in NULL_KINDS else 2) * len(shapes)
+        assert {s for s, _ in runs} == set(shapes)
