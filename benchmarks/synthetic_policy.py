@@ -246,7 +246,7 @@ def _paragraph_count(text: str) -> int:
 
 
 def traits() -> dict[str, Trait]:
-    """Every style the worlds plant or let drift, by name. Length bars are per run (`length_trait`)."""
+    """Every style the worlds plant or let drift, by name (the length bars are fixed: 12 and 34 words)."""
     ts = [
         Trait("caps", "character", lambda r, g, p: _restyle_word(r, g, str.upper),
               lambda t, p: bool(_CAPS.search(t)), "a word in capitals"),

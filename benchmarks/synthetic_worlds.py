@@ -25,9 +25,8 @@ import json
 import math
 import random
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from synthetic_policy import TRAITS, Drift, Policy, Prompt, prompts, words
 
@@ -165,9 +164,6 @@ class World:
         if k == "ties":
             return float(rng.random() < 0.5)
         return honest(reply, prompt, rng) + self.bonus(reply, prompt)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _mid(rng: random.Random) -> float:
