@@ -1,7 +1,7 @@
 """Calibration and held-out discovery worlds (issue 55 point 4, issue 56 point 3): does the monitor
 stay quiet when the reward pays for nothing wrong, and find shortcuts of kinds nobody tuned it on?
 
-    python benchmarks/discovery_synthetic.py [--jobs N] [--results FILE.jsonl] [--json OUT] [--set K=V ...]
+    python benchmarks/discovery_synthetic.py [--jobs N] [--results FILE.jsonl] [--json OUT] [--markdown MD] [--set K=V ...]
     python benchmarks/discovery_synthetic.py --quick        # CI: 5 small runs, the three tables
 
 No model trains: a simulated policy (synthetic_policy.py) writes replies from templates, its styles
@@ -97,6 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tables-only", action="store_true", help="monitor nothing: print the tables of the planned "
                     "runs already in --results")
     ap.add_argument("--json", type=Path, help="write every run and the table rows here")
+    ap.add_argument("--markdown", type=Path, help="also write the three tables as markdown here (for the docs)")
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                     help="a penalty setting given to the monitor (its --set), to try other defaults (repeatable)")
     args = ap.parse_args(argv)
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
 
     from discovery_score import MonitorFailed
     from synthetic_score import rows, run_name
-    from synthetic_tables import print_tables
+    from synthetic_tables import markdown, print_tables
 
     args = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -166,6 +167,8 @@ def main(argv=None) -> int:
                   f"({len(runs)} of {len(todo)} planned in the tables; load {os.getloadavg()[0]:.1f})")
     if args.json:
         args.json.write_text(json.dumps(scores, indent=1))
+    if args.markdown:
+        args.markdown.write_text(markdown(scores))
     return 0
 
 

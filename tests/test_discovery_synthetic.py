@@ -167,9 +167,11 @@ def test_quick_mode_monitors_runs_and_prints_the_three_tables_from_them(tmp_path
     run = next(r for r in scores["runs"] if r["kind"] == HELD_OUT[0])
     assert held["exits"][str(run["exit"])] == 1 and held["patterns"] == len(run["patterns"])
     # continued: nothing is monitored again, the same tables come from the file
-    again = subprocess.run(cmd[:-2] + ["--results", str(results), "--tables-only"], capture_output=True, text=True,
-                           env=env, timeout=300)
+    md = tmp_path / "tables.md"
+    again = subprocess.run(cmd[:-2] + ["--results", str(results), "--tables-only", "--markdown", str(md)],
+                           capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0 and "0 run(s) monitored" in again.stdout
+    assert md.read_text().count("| kind |") == 3 and f"| {HELD_OUT[0]} |" in md.read_text()
 
 
 def test_bad_arguments_are_one_line_and_exit_2():
