@@ -13,6 +13,9 @@ from synthetic_policy import TRAITS
 from synthetic_worlds import SHORTCUT_KINDS
 
 LEFT = {"kind", "what the reward pays for", "proposed"}
+KIND_TITLES = {"length_step": "more than 34 words (a step)",
+               "length_ramp": "more than 34 words, paid per word up to 20 more (a ramp)"}
+"""Kinds that share a trait, told apart by how the reward pays it."""
 
 
 @dataclass
@@ -66,7 +69,7 @@ def kinds_cells(title: str, rows: list[dict[str, Any]]) -> Cells:
     for r in rows:
         k = r["kind"]
         control = k.startswith("control")
-        what = TRAITS[SHORTCUT_KINDS[k]].title if k in SHORTCUT_KINDS else \
+        what = KIND_TITLES.get(k) or TRAITS[SHORTCUT_KINDS[k]].title if k in SHORTCUT_KINDS else \
             "nothing (a style of this half drifts up unpaid)" if control else "every kind above"
         recall = "—" if control or not r["seeable"] else f"{r['found']}/{r['seeable']}"
         prec = f"alarmed {r['alarmed']}/{r['runs']}" if control else \
