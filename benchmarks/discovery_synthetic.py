@@ -55,8 +55,10 @@ def _score(job: tuple[str, str, int, str, tuple[str, ...]]) -> dict[str, Any]:
     return score_run(kind, shape, seed, Path(work), settings)
 
 
-def run_all(jobs_list: list[tuple[str, str, int]], settings: tuple[str, ...], jobs: int, sink, console) -> list[dict]:
-    """Score every run (in `jobs` processes), each result appended to `sink` (a file) as it comes."""
+def run_all(jobs_list: list[tuple[str, str, int]], settings: tuple[str, ...], jobs: int, sink, console,
+            ident: dict[str, Any]) -> list[dict]:
+    """Score every run (in `jobs` processes), each result (stamped `run_with` = ident) appended to
+    `sink` (a file) as it comes."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     done: list[dict] = []
@@ -72,6 +74,7 @@ def run_all(jobs_list: list[tuple[str, str, int]], settings: tuple[str, ...], jo
             pool, results = None, map(_score, work)
         try:
             for r in results:
+                r["run_with"] = ident
                 done.append(r)
                 if sink is not None:
                     sink.write(json.dumps(r) + "\n")
@@ -128,6 +131,24 @@ def read_results(path: Path | None) -> dict[str, dict]:
     return out
 
 
+def code_identity(settings: list[str]) -> dict[str, Any]:
+    """What a run was scored with: the dynalize package imported, its last commit and whether its
+    files differ from it (a git checkout), and the --set settings. Runs of another identity in
+    --results are refused, never mixed in."""
+    import subprocess
+
+    import dynalize
+
+    pkg = Path(dynalize.__file__).resolve().parent
+
+    def git(*a: str) -> str:
+        done = subprocess.run(["git", "-C", str(pkg), *a, "--", "."], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {"dynalize": str(pkg), "commit": git("log", "-1", "--format=%H") or None,
+            "dirty": bool(git("status", "--porcelain")), "settings": sorted(settings)}
+
+
 def main(argv=None) -> int:
     from rich.console import Console
 
@@ -143,13 +164,22 @@ def main(argv=None) -> int:
         todo = plan(tuple(args.kinds.split(",")), args.shapes.split(","), args.null_seeds, args.seeds)
     before = read_results(args.results)
     wanted = {run_name(k, s, seed) for k, s, seed in todo}
+    ident = code_identity(args.settings)
+    others = {json.dumps(r.get("run_with"), sort_keys=True) for n, r in before.items() if n in wanted}
+    if args.tables_only:
+        console.print("scored with: " + "; ".join(sorted(others)), markup=False, highlight=False)
+    elif others - {json.dumps(ident, sort_keys=True)}:
+        console.print(f"discovery_synthetic: {args.results} holds runs scored with other code or settings "
+                      f"({'; '.join(sorted(others))}); this is {json.dumps(ident)}: use another --results file",
+                      markup=False, highlight=False)
+        return 2
     missing = [] if args.tables_only else [t for t in todo if run_name(*t) not in before]
     console.print(f"{len(todo)} run(s) planned, {len(todo) - len(missing)} already in {args.results}"
                   if args.results else f"{len(todo)} run(s) planned")
     t0 = time.perf_counter()
     sink = open(args.results, "a") if args.results and missing else None
     try:
-        new = run_all(missing, tuple(args.settings), args.jobs, sink, console)
+        new = run_all(missing, tuple(args.settings), args.jobs, sink, console, ident)
     except MonitorFailed as e:
         console.print(f"discovery_synthetic: {e}", markup=False, highlight=False)
         return 2

@@ -195,3 +195,16 @@ def test_runs_come_in_rounds_every_kind_once_before_any_twice_and_nulls_on_more_
         runs = [(s, seed) for k, s, seed in todo if k == kind]
         assert len(runs) == (6 if kind in NULL_KINDS else 2) * len(shapes)
         assert {s for s, _ in runs} == set(shapes)
+
+
+def test_results_scored_with_other_settings_are_refused_never_mixed_in(tmp_path):
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    results = tmp_path / "runs.jsonl"
+    line = {"name": "8x8__noise__s0", "kind": "noise", "run_with": {"dynalize": "elsewhere", "commit": "abc",
+                                                                     "dirty": False, "settings": []}}
+    results.write_text(json.dumps(line) + "\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "discovery_synthetic.py"), "--kinds", "noise",
+                           "--shapes", "8x8", "--null-seeds", "1", "--results", str(results)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2 and "other code or settings" in proc.stdout
+    assert results.read_text() == json.dumps(line) + "\n"  # nothing appended
