@@ -137,3 +137,28 @@ def test_a_folder_of_the_previous_state_version_continues_exactly(tmp_path):
     main([str(path), "--out", str(tmp_path / "once"), "--no-html"])
     for name in ("metrics.jsonl", "penalties.jsonl", "evidence.jsonl"):
         assert _decided(out, name) == _decided(tmp_path / "once", name), name
+
+
+def test_a_rollout_the_judge_could_not_score_is_recorded_as_unscored_by_the_penalties(tmp_path):
+    """A verdict the judge failed to give: the step's rollouts file says which term left it unscored
+    (before, the monitor stored True where a run stores term names, and writing the step raised)."""
+    from dynalize.rewards.base import TermScores
+
+    steps = by_step(read_rollouts(write_jsonl(tmp_path / "r.jsonl", hacked_rows(2))))
+    m = Monitor(tmp_path / "out", PenaltiesConfig(enabled=True, every=5, view_steps=5, view_groups=64,
+                                                  view_per_group=64))
+    m.start({"rollouts": "r.jsonl"})
+
+    async def judge_fails_on_the_first(batch):
+        n = len(batch.rollouts)
+        return TermScores([0.0] * n, [{} for _ in range(n)], unscored=[True] + [False] * (n - 1))
+
+    m.term.score = judge_fails_on_the_first
+
+    async def replay():
+        for s, members in steps.items():
+            await m.step(s, members)
+
+    anyio.run(replay)
+    first = read_jsonl(tmp_path / "out" / "rollouts" / f"step_{min(steps):06d}.jsonl")
+    assert [r["unscored"] for r in first if r.get("unscored")] == [["penalties"]], first[0]

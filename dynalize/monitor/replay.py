@@ -205,8 +205,8 @@ class Monitor:
         scored = await self.term.score(batch)
         for r, info, unscored in zip(batch.rollouts, scored.info, scored.unscored or [False] * len(batch.rollouts)):
             r.info.update(info)
-            if unscored:
-                r.info["unscored"] = True
+            if unscored:  # the term names, as a run's rollouts record them (Rollout.record)
+                r.info["unscored"] = [*r.info.get("unscored", []), self.term.name]
             r.advantage = 0.0
         async with anyio.create_task_group() as tg:
             self.term.observe(batch, tg)  # the proposal runs to its end here: nothing waits on it
