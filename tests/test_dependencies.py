@@ -19,7 +19,12 @@ DEFAULT_EXCLUDE = ["venv", r"\.venv", r"\.direnv", r"\.git", r"setup\.py"]
 def deptry_violations(root: Path) -> list[str]:
     """One line per violation deptry finds in `root` (rule, module, where), tests/ scanned too."""
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("tool", {}).get("deptry", {})
-    local = set(config.get("known_first_party", [])) | {p.stem for p in (root / "tests").glob("*.py")}
+    # the scripts' own modules: benchmarks/, scripts/ and each examples/ folder put their folder on
+    # sys.path, so a module that lives there is local code, not a package (a new benchmark module
+    # needs no entry of its own)
+    beside_scripts = [root / "tests", root / "benchmarks", root / "scripts",
+                      *[p.parent for p in (root / "examples").rglob("*.py")]]
+    local = set(config.get("known_first_party", [])) | {p.stem for d in beside_scripts for p in d.glob("*.py")}
     out = root / ".pytest_cache" / "deptry.json"
     out.parent.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "deptry", ".", "--json-output", str(out),
