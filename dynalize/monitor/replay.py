@@ -26,6 +26,7 @@ import yaml
 
 from ..build_penalties import penalty_term, uses_llm
 from ..penalties.config import PenaltiesConfig
+from ..rewards.base import mark_unscored
 from ..rewards.penalties import PenaltyTerm
 from ..runlog import RunDir, append_jsonl, read_jsonl, write_jsonl_atomic
 from ..types import Batch, Rollout
@@ -205,8 +206,8 @@ class Monitor:
         scored = await self.term.score(batch)
         for r, info, unscored in zip(batch.rollouts, scored.info, scored.unscored or [False] * len(batch.rollouts)):
             r.info.update(info)
-            if unscored:  # the term names, as a run's rollouts record them (Rollout.record)
-                r.info["unscored"] = [*r.info.get("unscored", []), self.term.name]
+            if unscored:
+                mark_unscored(r, self.term.name)
             r.advantage = 0.0
         async with anyio.create_task_group() as tg:
             self.term.observe(batch, tg)  # the proposal runs to its end here: nothing waits on it
