@@ -146,6 +146,18 @@ def judge_patterns(patterns: list[dict[str, Any]], rollouts: list[Rollout], trut
     return out
 
 
+def onset_step(prevalence: dict[int, float]) -> int | None:
+    """The first logged step (of `prevalence`, in step order) where the shortcut shows in >= ONSET of the rollouts."""
+    return next((s for s in sorted(prevalence) if prevalence[s] >= ONSET), None)
+
+
+def logged_delay(steps: list[int], onset: int | None, detect: int | None) -> int | None:
+    """Logged steps after the onset up to the step the first matching pattern was detected at."""
+    if detect is None or onset is None:
+        return None
+    return sum(1 for s in steps if onset < s <= detect)
+
+
 def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool,
               replay_proposer: bool = False, methods: tuple[str, ...] = METHODS,
               settings: list[str] = ()) -> dict[str, Any]:
@@ -154,7 +166,7 @@ def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool,
     truth = [bool(spec.shortcut) and any(spec.shortcut.present(t) for t in replies) for _, replies in rollouts]
     steps = sorted({s for s, _ in rollouts})
     prevalence = {s: statistics.fmean(t for (st, _), t in zip(rollouts, truth) if st == s) for s in steps}
-    onset = next((s for s in steps if prevalence[s] >= ONSET), None)
+    onset = onset_step(prevalence)
     logs = run / meta["logs"]
     res: dict[str, Any] = {"name": meta["name"], "shape": meta["shape"]["name"], "kind": meta["kind"],
                            "framework": meta["shape"]["framework"], "shortcut": spec.shortcut.describe() if spec.shortcut else None,
@@ -175,9 +187,7 @@ def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool,
         judged = judge_patterns(found, rollouts, truth)
         hits = [p["since"] for p in judged if p["match"]]
         detect = min(hits) if hits else None
-        delay = None
-        if detect is not None and onset is not None:
-            delay = sum(1 for s in steps if onset < s <= detect)
+        delay = logged_delay(steps, onset, detect)
         res[method] = {"exit": status, "patterns": judged, "detected": detect is not None, "detect_step": detect,
                        "delay": delay, "false": sum(not p["match"] for p in judged)}
     return res

@@ -4,15 +4,16 @@ rewards and Dynalize's evolving penalties.
 `dynalize.train(config, **overrides)` runs what `python -m dynalize.run` runs and
 `dynalize.export(run_dir, out)` what `python -m dynalize.export` does (dynalize/api.py,
 dynalize/export.py). Errors
-to catch: `dynalize.ConfigError` (bad input: one line), `dynalize.RunStopped` (the run stopped
-itself after a checkpoint), `dynalize.HookError` (user code raised).
+to catch: `dynalize.ConfigError` (bad input: one line), `dynalize.FolderInUse` (a ConfigError:
+another process holds the run folder), `dynalize.RunStopped` (the run stopped itself after a
+checkpoint), `dynalize.HookError` (user code raised).
 """
 
 from typing import Any
 
 from .errors import ConfigError, RunStopped
 
-__all__ = ["ConfigError", "HookError", "RunConfig", "RunResult", "RunStopped", "export", "train"]
+__all__ = ["ConfigError", "FolderInUse", "HookError", "RunConfig", "RunResult", "RunStopped", "export", "train"]
 
 
 def __getattr__(name: str) -> Any:  # the API imports torch-backed parts: load it on first use
@@ -28,6 +29,10 @@ def __getattr__(name: str) -> Any:  # the API imports torch-backed parts: load i
         from .config import RunConfig
 
         return RunConfig
+    if name == "FolderInUse":
+        from .folderlock import FolderInUse
+
+        return FolderInUse
     if name == "HookError":
         from .hooks import HookError
 

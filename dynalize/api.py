@@ -96,6 +96,7 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path | None = None, /, *
     or True for the config's own) continues a run from its latest intact checkpoint, `overwrite`
     starts afresh in a used run directory (the old one is moved aside). `log_level=None` leaves
     logging as the caller configured it."""
+    _check_arguments(resume=resume, overwrite=overwrite, log_level=log_level)
     with kept_caller_state():  # the caller's logging, threads and random state, as they were
         if log_level is not None:
             setup_logging(log_level.upper())
@@ -107,6 +108,18 @@ def train(config: RunConfig | Mapping[str, Any] | str | Path | None = None, /, *
                              resume=resume or None, overwrite=overwrite, merge=True)
         return run(cfg, resume=bool(resume), overwrite=overwrite,
                    base=str(config) if isinstance(config, (str, Path)) else "the config given to dynalize.train")
+
+
+def _check_arguments(*, resume: Any, overwrite: Any, log_level: Any) -> None:
+    """ConfigError (one line) for `train` arguments of the wrong type, before anything runs."""
+    if not (resume is None or isinstance(resume, (str, bool, os.PathLike))):
+        raise ConfigError(f"config error: dynalize.train: resume must be a run directory (a path), True or None, "
+                          f"not {type(resume).__name__} {resume!r:.40}")
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"config error: dynalize.train: overwrite must be True or False, not {overwrite!r:.40}")
+    if not (log_level is None or isinstance(log_level, str) and log_level.upper() in logging.getLevelNamesMapping()):
+        raise ConfigError(f"config error: dynalize.train: log_level must be a level name (DEBUG, INFO, WARNING, "
+                          f"ERROR) or None, not {log_level!r:.40}")
 
 
 def resolve_config(config: Mapping[str, Any] | str | Path | None, overrides: Iterable[tuple[str, Any]] = (), *,
@@ -343,6 +356,7 @@ async def _train_held(cfg: RunConfig, resume: bool, base: str, overwrite: bool,
                           f"start afresh with --overwrite (the old directory is moved aside), or pick another name=")
     set_torch_threads(cfg.torch_threads)
     parts = build_parts(cfg)
+    parts.run.hold(lock)  # every write checks the folder is still the one locked (RunDir.here)
     if overwrite and not resume and parts.run.holds_run():
         moved = lock.replace_aside(move_aside)
         log.warning("overwrite: the earlier run was moved aside", run=str(run_dir), moved_to=str(moved))
@@ -372,6 +386,9 @@ async def _train_held(cfg: RunConfig, resume: bool, base: str, overwrite: bool,
     if cfg.export_final:
         from .export import export_policy
 
+        if (root := parts.run.here()) != run_dir:  # moved after its last checkpoint: never into a new folder there
+            raise RunStopped(f"{parts.run.moved} (the run finished; its final export was not written: "
+                             f"python -m dynalize.export {root} --out {root / 'final'})")
         final = export_policy(run_dir, run_dir / "final", overwrite=True, checkpoint=orchestrator.last_checkpoint)
         log.info("exported the final policy", path=str(final))
     return history

@@ -7,7 +7,6 @@ every engine receives a model directory. Settings live in the config modules
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +17,19 @@ from . import tiny
 from .backends.base import ChatModel, Generator, RewardModel
 from .backends.chat import LimitedChatModel, ScriptedChatModel
 from .backends.config import ChatModelConfig
+from .build_penalties import judge_chat, penalty_term
 from .config import RunConfig
 from .errors import ConfigError, one_line
+from .extras import optional_import, require
 from .hooks import declares
 from .loop import Parts
-from .penalties.buffer import PenaltyBuffer
-from .penalties.config import JudgeConfig, PenaltiesConfig
 from .judge.healthbench import HealthBenchJudge
-from .judge.judge import PENALTY_PROMPT, RUBRIC_PROMPT, Judge, RegexJudge
+from .judge.judge import PENALTY_PROMPT, RUBRIC_PROMPT, Judge
 from .judge.researchqa import ResearchQAJudge
-from .penalties.lexical import LexicalProposer
-from .penalties.proposer import LLMProposer
 from .plugins import import_object
+from .penalties.config import PenaltiesConfig
 from .rewards import PenaltyTerm, RewardTerm, RMTerm, RubricTerm
-from .rewards.functions import FunctionsTerm, RewardFunction, function_name
+from .rewards.functions import FunctionsTerm, RewardFunction, function_name, reserved_column
 from .rubrics.config import RubricJudgeConfig
 from .rubrics.criteria import Criterion, RubricError, rubric_from_meta
 from .rubrics.dropout import unmatched
@@ -154,42 +152,8 @@ def build_reward_model(cfg: RunConfig, task: Task) -> RewardModel:
 
 def build_penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
                        chat_factory=build_chat_model) -> PenaltyTerm:
-    """Dynalize's term: proposer, judge and an empty buffer, as `cfg` says.
-
-    With the regex judge an LLM proposer must give a regex (candidates without one are rejected).
-    """
-    p, j = cfg.proposer, cfg.judge
-    if p.engine == "llm":
-        assert p.chat is not None
-        dedup = labelled(chat_factory(p.dedup_chat), "dedup") if p.dedup_chat else None
-        chat = labelled(chat_factory(p.chat), "proposer")
-        proposer: Any = LLMProposer(chat, p, dedup, require_regex=j.engine == "regex")
-    else:
-        try:
-            proposer = LexicalProposer(p.lexical)
-        except ValueError as e:  # an unknown detector name
-            raise ConfigError(f"config error: penalties.proposer.lexical.detectors: {e}") from None
-        if not j.context and any(d.needs_context for d in proposer.detectors):
-            raise ConfigError("config error: penalties.proposer.lexical.detectors has a detector that reads the "
-                              "conversation (off_topic): it needs penalties.judge.context: true")
-    judge: Judge = RegexJudge()
-    if j.engine == "llm":
-        judge = Judge(judge_chat(j, chat_factory), j, domain=domain, role="penalty judge")
-    return PenaltyTerm(cfg, proposer, judge, PenaltyBuffer(), seed=seed, domain=domain)
-
-
-def labelled(chat: ChatModel, role: str) -> ChatModel:
-    """`chat`, its warnings naming `role` (the proposer, dedup, ...)."""
-    chat.label = role
-    return chat
-
-
-def judge_chat(j: JudgeConfig, chat_factory=build_chat_model) -> ChatModel:
-    """The LLM judge's chat model, at most `j.max_concurrency` requests in flight (a limit per
-    request, so none is held through a retry's backoff)."""
-    assert j.chat is not None
-    limit = min(j.chat.max_concurrency, j.max_concurrency)
-    return chat_factory(j.chat.model_copy(update={"max_concurrency": limit}))
+    """Dynalize's term: proposer, judge and an empty buffer, as `cfg` says (build_penalties)."""
+    return penalty_term(cfg, domain=domain, seed=seed, chat_factory=chat_factory)
 
 
 def build_criteria_judge(cfg: RubricJudgeConfig, *, domain: str = "", cache: bool = True,
@@ -263,6 +227,9 @@ def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
         terms.append(build_rubric_term(cfg, task))
     if cfg.reward_funcs:
         terms.append(build_functions_term(cfg, alone=not terms))
+        for split in ("train", "eval"):  # a column named like a TRL argument would stand for it
+            if problem := reserved_column(task_prompts(task, cfg.task.name, split)):  # type: ignore[arg-type]
+                raise ConfigError(problem)
     if cfg.penalties.enabled:
         terms.append(build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed))
     return terms
@@ -292,10 +259,8 @@ def build_reward_trainer(cfg: Any, base_dir: str, tokenizer: Any, train_dataset:
     `cfg.trainer_args` are passed to `trl.RewardConfig` as they are and win over the rest."""
     import torch
 
-    try:
-        from trl import RewardConfig, RewardTrainer
-    except ImportError:
-        raise ConfigError("training a reward model needs TRL: pip install 'dynalize[rm]'") from None
+    trl = optional_import("trl", "config error: training a reward model")
+    RewardConfig, RewardTrainer = trl.RewardConfig, trl.RewardTrainer
 
     import math
     import os
@@ -339,8 +304,8 @@ def check_config(cfg: RunConfig) -> None:
         _check_model_dir("reward_model.path", rm.path)
     if cfg.trainer.kl.active and cfg.trainer.kl.reference:
         _check_model_dir("trainer.kl.reference", cfg.trainer.kl.reference)
-    if cfg.policy.lora is not None and importlib.util.find_spec("peft") is None:
-        raise ConfigError("config error: policy.lora needs peft, which is not installed: pip install 'dynalize[lora]'")
+    if cfg.policy.lora is not None:
+        require("peft", "config error: policy.lora")
     if problem := cfg.trainer.kl.penalty_problem():
         raise ConfigError(f"config error: trainer.kl: {problem}")
     if cfg.trainer.kl.active and cfg.trainer.kl.reference and cfg.policy.lora:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, field_validator, model_validator
 
 from .backends.config import url_credential_problem
 from .errors import ConfigError, one_line
@@ -248,8 +248,9 @@ class RunConfig(Section):
     """Parent folder of run directories."""
     seed: int = 0
     """Seeds data order, sampling and the proposer's view (tiny models are built from seed 0)."""
-    steps: int = Field(20, gt=0)
-    """Training steps."""
+    steps: int = Field(20, gt=0, le=10**9)
+    """Training steps (at most 10⁹: far past any run; a larger number is a typo, and would be
+    accepted only to fail when it is used)."""
     batch_size: int = Field(64, gt=0)
     """Rollouts per step (prompts per step × group_size)."""
     group_size: int = Field(8, gt=1)
@@ -300,8 +301,9 @@ class RunConfig(Section):
     each called as TRL's GRPOTrainer calls it, with the row's columns as keyword arguments
     (dynalize/rewards/functions.py); their weighted sum is the `reward_funcs` term, added to the RM
     and the rubric term where those are on (`reward_model.enabled: false` for functions alone)."""
-    reward_weights: list[float] | None = None
-    """One weight per `reward_funcs` entry (None: 1 each), as TRL's `reward_weights`."""
+    reward_weights: list[FiniteFloat] | None = None
+    """One weight per `reward_funcs` entry (None: 1 each), as TRL's `reward_weights`; finite numbers
+    (a NaN or inf weight would make every reward NaN or inf)."""
     trainer: TrainerConfig = TrainerConfig()
     task: TaskConfig = TaskConfig()
     penalties: PenaltiesConfig = PenaltiesConfig()

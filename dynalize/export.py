@@ -11,7 +11,8 @@ A run exports its final policy to `<run>/final/` by itself when it ends (`export
 A LoRA run's export is the merged model, with the adapter alone (peft's format) in `DIR/adapter/`.
 Nothing is ever deleted: DIR must be missing, empty, or (with `--overwrite`) an earlier export,
 which is then moved aside to `DIR.replaced-<time>`; a DIR that is or holds a run, or holds anything
-else, is refused. Each export carries a small marker file, `.dynalize-export.json`.
+else, is refused, and so is one inside a run or a checkpoint (links resolved; only a run's own
+`final/` is its export's place). Each export carries a small marker file, `.dynalize-export.json`.
 
 Exit codes: 0 written; 2 bad input (one line: no such run or checkpoint, a damaged one, DIR in use,
 a `policy.dtype` in the run's config.yaml that is none; a full disk or a read-only DIR, naming
@@ -21,11 +22,12 @@ the path, with nothing left behind); 1 an unexpected error, with its traceback.
 from __future__ import annotations
 
 import argparse
-import types
 import json
+import os
 import shutil
 import sys
 import tempfile
+import types
 import typing
 from pathlib import Path
 
@@ -34,7 +36,7 @@ import structlog
 from .checkpoint import checkpoints, damage
 from .config import PolicyConfig, read_yaml
 from .errors import ConfigError
-from .runlog import filesystem_problem, is_run_dir, move_aside, naming
+from .runlog import enclosing_run, filesystem_problem, is_run_dir, move_aside, naming
 
 log = structlog.get_logger("dynalize.export")
 
@@ -69,6 +71,11 @@ def out_problem(out: Path, run: Path, overwrite: bool) -> str | None:
     `final/` from before markers) may be used: never a run, a folder holding one, or other files."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         return f"{out} exists and is not a folder: choose another --out"
+    inside, o = enclosing_run(out), out.resolve()
+    if inside is not None and o not in (run.resolve(), run.resolve() / "final"):  # a run's own final/ is its export
+        what, folder = inside
+        return (f"{out} is {'' if folder == o else 'inside '}the {what} {folder}: an export never writes into a run "
+                f"or a checkpoint (a resume rewrites a run's files and replaces its checkpoints); choose another --out")
     if not out.exists() or not any(out.iterdir()):
         return None
     o, r = out.resolve(), run.resolve()
@@ -198,8 +205,15 @@ def main(argv: list[str] | None = None) -> int:
 def export(run_dir: str | Path, out: str | Path, *, step: int | None = None, overwrite: bool = False) -> Path:
     """`python -m dynalize.export RUN --out OUT [--step N] [--overwrite]` from Python, as
     `dynalize.export(run_dir, out)`: the same rules (`out` new, empty, or with `overwrite` an
-    earlier export, moved aside; a run never replaced; ConfigError with one line otherwise);
-    returns `out`."""
+    earlier export, moved aside; a run never replaced; ConfigError with one line otherwise, also for
+    arguments of the wrong type); returns `out`."""
+    for name, value in (("run_dir", run_dir), ("out", out)):
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise ConfigError(f"dynalize.export: {name} must be a path, not {type(value).__name__} {value!r:.40}")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise ConfigError(f"dynalize.export: step must be a whole number of steps or None, not {step!r:.40}")
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"dynalize.export: overwrite must be True or False, not {overwrite!r:.40}")
     return export_policy(run_dir, out, step, overwrite)
 
 

@@ -11,6 +11,8 @@ The check and the mkdir race no one: a process that lost a race (the folder it l
 aside or removed before it got the lock, e.g. by `--overwrite`) sees that the path no longer
 names the inode it holds and tries again. `release(remove_created=True)` removes the folder again
 when this process made it and wrote nothing into it (a run refused for bad input leaves nothing).
+`where()` says where the locked folder is now: a run checks it before each write (runlog.RunDir),
+so a folder renamed mid-run, and a new one made at its path, never receive the run's files.
 On a file system that cannot lock a folder (flock fails with another error, as on some NFS
 mounts) the folder is used unlocked, with a warning (`folderlock.unsupported`) that says so.
 """
@@ -42,6 +44,7 @@ class FolderLock:
 
     def __init__(self, path: Path, fd: int, created: list[Path], what: str):
         self.path, self._fd, self._created, self.what = path, fd, created, what
+        self._origin = path
 
     @property
     def held(self) -> bool:
@@ -49,10 +52,11 @@ class FolderLock:
 
     def release(self, remove_created: bool = False) -> None:
         """Drop the lock; with `remove_created`, first remove the folders this process made for it
-        (the folder and missing parents) where they are still empty."""
+        (the folder and missing parents) where they are still empty, and only while the path still
+        names the folder locked (a folder another made there after ours moved is not ours)."""
         if self._fd is None:
             return
-        if remove_created:
+        if remove_created and self.path == self._origin and _same_inode(self.path, self._fd):
             for folder in reversed(self._created):
                 try:
                     folder.rmdir()
@@ -60,6 +64,19 @@ class FolderLock:
                     break
         os.close(self._fd)
         self._fd = None
+
+    def where(self) -> Path | None:
+        """Where the locked folder is now: `path` while it is still there, its new path when it was
+        renamed (read from /proc/self/fd, Linux), None when it was removed or cannot be found."""
+        if self._fd is None or _same_inode(self.path, self._fd):
+            return self.path
+        if os.fstat(self._fd).st_nlink == 0:  # removed
+            return None
+        try:
+            now = Path(os.readlink(f"/proc/self/fd/{self._fd}"))
+        except OSError:
+            return None
+        return now if _same_inode(now, self._fd) else None
 
     def replace_aside(self, move_aside: Callable[[Path], Path]) -> Path:
         """With the folder locked, `move_aside(path)` (it renames the folder, returning where to),

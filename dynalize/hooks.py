@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .backends.secrets import mask_secrets
 from .errors import ConfigError
 
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -58,11 +59,12 @@ def owner_name(kind: str, obj: Any) -> str:
 
 class HookError(RuntimeError):
     """User code raised: `hook` of `owner` (e.g. "task my_pkg.tutor:TutorTask") failed with
-    `error`, which is also the `__cause__`."""
+    `error`, which is also the `__cause__`. The message is masked (`mask_secrets`): user code that
+    quotes a key in its exception (a failed request's URL or header) never shows it."""
 
     def __init__(self, owner: str, hook: str, error: BaseException, message: str | None = None):
         self.owner, self.hook, self.error = owner, hook, error
-        super().__init__(message or f"{hook} of {owner} raised {type(error).__name__}: {error}")
+        super().__init__(mask_secrets(message or f"{hook} of {owner} raised {type(error).__name__}: {error}"))
 
 
 _INSTALLED = tuple(sorted({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}))

@@ -44,7 +44,7 @@ from .hooks import optional, owner_name, unwrap_hook_errors, user_code
 from .judge.stats import FailureWindow
 from .rewards.base import RewardTerm, score_batch
 from .rollouts import USER_FAILED, sample_groups
-from .runlog import RunDir, append_jsonl, rollout_from_state, rollout_to_state
+from .runlog import RunDir, rollout_from_state, rollout_to_state
 from .schedule import Future, GenerationWorker, PromptOrder, derived_seed, split_stale
 from .tasks.base import Task
 from .trackers import Trackers
@@ -142,6 +142,7 @@ class Orchestrator:
         self.left_out_total = 0
         self.user_failed_total = 0  # conversations whose simulated user failed (rollouts.USER_FAILED)
         self.user_error: str | None = None  # the last such failure's reason, for the stop line
+        self.unscored_by: dict[str, int] = {}  # rollouts each term could not score: the stop line's causes
         self.left_out = FailureWindow(cfg.max_left_out_rate, cfg.left_out_window)
         """Rollouts left out and scored over the last steps: `max_left_out_rate`'s stop rule. Not
         checkpointed, like the judge's window: a resume after fixing the cause starts afresh."""
@@ -279,10 +280,11 @@ class Orchestrator:
         self.trackers.log_step(record, events, rollouts)
         log.debug("step", **{k: v for k, v in record.items() if not isinstance(v, dict)})
         self.next_step = step + 1
-        stop = next((why for t in p.terms if (why := t.stop_reason())), None) or self.left_out_stop()
+        stop = p.run.moved or next((why for t in p.terms if (why := t.stop_reason())), None) or self.left_out_stop()
         due = cfg.checkpoint_every and self.next_step % cfg.checkpoint_every == 0
         if stop or due or self.next_step == cfg.steps:
             await self.checkpoint()
+        stop = stop or p.run.moved  # the run folder moved while the checkpoint was written: it went there too
         if stop:
             log.error("run.stopped", step=output_step(step), reason=stop)
             raise RunStopped(f"{stop} (stopped after step {step + 1}; checkpoint written: fix the cause, then "
@@ -300,6 +302,9 @@ class Orchestrator:
         self.user_error = failed_users[-1] if failed_users else self.user_error
         if self.p.task.max_turns > 1:  # a simulated user takes part
             record.update({"user_sim/failed": len(failed_users), "user_sim/failed_total": self.user_failed_total})
+        for r in batch.rollouts:
+            for term in r.info.get("unscored") or []:
+                self.unscored_by[term] = self.unscored_by.get(term, 0) + 1
         kept, left_out = [], 0
         for g in batch.groups:
             if any(r.info.get("unscored") or r.info.get(USER_FAILED) for r in g):
@@ -325,9 +330,14 @@ class Orchestrator:
         n, scored = over
         user = (f", or whose simulated user failed ({self.user_failed_total} conversations so far; last error: "
                 f"{self.user_error})" if self.user_error else "")
+        causes = "; ".join(f"{count} by {term}" + (" (every reward function returned None for it)"
+                                                     if term == "reward_funcs" else
+                                                     " (a judge verdict failed: see judge/failed_verdicts and the "
+                                                     "judge's last error)")
+                           for term, count in sorted(self.unscored_by.items()))
+        held = f": their groups held a rollout a term could not score (so far {causes})" if causes else ""
         return (f"{n} of {scored} rollouts ({n / scored:.0%}) were left out of the update over the last "
-                f"{len(self.left_out.steps)} steps, more than max_left_out_rate={self.left_out.max_rate}: their groups "
-                f"held a rollout no term could score (see judge/failed_verdicts and the judge's last error){user}")
+                f"{len(self.left_out.steps)} steps, more than max_left_out_rate={self.left_out.max_rate}{held}{user}")
 
     async def collect(self, step: int, record: dict[str, Any]) -> tuple[Batch, float]:
         """Batch `step`, with stale rollouts dropped (counted in `record`), and its generation time."""
@@ -406,7 +416,7 @@ class Orchestrator:
             metrics = {**metrics, "rm": statistics.fmean(r.scores["rm"] for r in rollouts)}
         for term in self.p.terms:  # e.g. the rubric term's proxy/gold measurement
             metrics.update(await term.evaluate(batch))
-        append_jsonl(self.p.run.eval_path, {"step": step, "version": version, **metrics})
+        self.p.run.log_eval({"step": step, "version": version, **metrics})
         self.eval_rows += 1
         self.p.run.log_rollouts(step, rollouts, name="eval")
         return {f"eval/{k}": v for k, v in metrics.items()}

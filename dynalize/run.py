@@ -6,7 +6,7 @@ prints a summary. The settings start from `--config`'s file, or from the run's s
 no arguments at all it runs the built-in demo, dynalize/assets/default.yaml (the sandbox task with
 Dynalize on, a few minutes on a CPU).
 
-Exit codes (README.md, docs/reliability.md): 0 finished; 1 an unexpected error (a traceback; task
+Exit codes (docs/running.md, docs/reliability.md): 0 finished; 1 an unexpected error (a traceback; task
 code that raised: which hook, then its traceback); 2 bad input (one line: a config, a task, data,
 a run directory already in use or held by another process (one writer per folder), a link in
 it that leads out of it, a resume that would change what the run is, no intact
@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from . import api
+from .backends.secrets import mask_secrets
 from .caller_state import LOG_LEVEL_HELP
 from .api import follow, set_torch_threads, setup_logging  # noqa: F401 - their old home
 from .api import train_async as train  # noqa: F401 - the coroutine, as callers of dynalize.run know it
@@ -71,7 +72,7 @@ def sections_help() -> str:
     return ("config sections (set a field with section.field=value; every field is documented where it is\n"
             "declared, in the file and class named here):\n" + "\n".join(lines) +
             f"\n\ntop-level fields: {textwrap.fill(top, 96, subsequent_indent='  ')}\n\n"
-            "--print-config shows every field's resolved value. README.md and docs/ explain the run.")
+            "--print-config shows every field's resolved value. docs/running.md explains the run.")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(err.error, KeyboardInterrupt):  # raised by user code: the interrupted path
                 print(f"interrupted: {err}; metrics and rollouts written so far are kept", file=sys.stderr)
                 return 130
-            trace = "".join(traceback.format_exception(err.error)) if err.error.__traceback__ else ""
+            trace = mask_secrets("".join(traceback.format_exception(err.error))) if err.error.__traceback__ else ""
             print(f"error: {err}\n{trace}", end="", file=sys.stderr)  # task, then its traceback (if it tells more)
             return 1
         if problem := next(filter(None, map(filesystem_problem, _walk(e))), None):  # a full disk, a read-only folder

@@ -99,6 +99,27 @@ def is_run_dir(path: Path) -> bool:
     return (path / "config.yaml").is_file() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir())
 
 
+MANIFEST = "manifest.json"
+"""dynalize.checkpoint.MANIFEST, the mark of a checkpoint (that module imports torch)."""
+
+
+def is_checkpoint(folder: Path) -> bool:
+    """A dynalize checkpoint (its manifest.json), or a transformers/TRL one (`checkpoint-N/` with
+    its trainer_state.json: the trainer deletes old ones, anything inside them too)."""
+    return (folder / MANIFEST).is_file() or (re.fullmatch(r"checkpoint-\d+", folder.name) is not None
+                                             and (folder / "trainer_state.json").is_file())
+
+
+def enclosing_run(path: Path) -> tuple[str, Path] | None:
+    """("checkpoint" or "run", the folder) of the innermost checkpoint or run folder that is
+    `path` or holds it, links resolved; None when there is none. A resume rewrites a run's files
+    and a checkpoint is replaced whole, so nothing else may write inside them."""
+    for d in (p := Path(path).resolve(), *p.parents):
+        if is_checkpoint(d) or is_run_dir(d):
+            return ("checkpoint" if is_checkpoint(d) else "run"), d
+    return None
+
+
 FILESYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EEXIST,
                                errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EFBIG, errno.EIO})
 """The errors of a disk or folder that is full, read-only, or not what a run needs."""
@@ -150,16 +171,50 @@ def filesystem_problem(e: BaseException | None, then: str = RESUME_HINT) -> str 
 
 
 class RunDir:
-    """Paths and writers of one run directory. Nothing is written until `create()`."""
+    """Paths and writers of one run directory. Nothing is written until `create()`.
+
+    Once `hold(lock)` gives it the run's folder lock (dynalize.folderlock), every writer first
+    checks that the path still names the locked folder (`here`). A folder renamed mid-run (and
+    perhaps a new one made at its path) is followed to where it went: the writes go on into the
+    folder the run holds, never into the new one, and `moved` says so in one line (the loop then
+    checkpoints there and stops). A folder removed mid-run stops the run with one line.
+    """
 
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        self._set_root(Path(root))
+        self.lock: Any = None
+        self.moved: str | None = None
+        """Set when the folder was found renamed: the stop line."""
+
+    def _set_root(self, root: Path) -> None:
+        self.root = root
         self.metrics_path = self.root / "metrics.jsonl"
         self.rollouts_dir = self.root / "rollouts"
         self.checkpoints_dir = self.root / "checkpoints"
         self.eval_path = self.root / "eval" / "task.jsonl"
 
+    def hold(self, lock: Any) -> None:
+        """Write only into the folder `lock` (a folderlock.FolderLock on `root`) holds."""
+        self.lock = lock
+
+    def here(self) -> Path:
+        """The run folder's path now: the locked folder followed if it was renamed (`moved` says
+        from where to where); one line (ConfigError) if it was removed."""
+        if self.lock is None or not self.lock.held or (now := self.lock.where()) == self.root:
+            return self.root
+        old = self.root
+        if now is None:
+            raise ConfigError(f"file system error: the run folder {old} was removed while the run was writing it "
+                              f"(or moved where it cannot be found): nothing more can be saved, the run stops")
+        self._set_root(now)
+        self.lock.path = now
+        replaced = f" (and {old} is another folder now, which the run does not touch)" if old.exists() else ""
+        self.moved = (f"the run folder {old} was moved to {now} while the run was writing it{replaced}: the run "
+                      f"went on writing into {now}, the folder it holds")
+        return now
+
     def create(self) -> None:
+        self.here()
         for d in (self.root, self.rollouts_dir, self.checkpoints_dir, self.eval_path.parent):
             d.mkdir(parents=True, exist_ok=True)
 
@@ -204,13 +259,21 @@ class RunDir:
         return move_aside(self.root)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
+        self.here()
         append_jsonl(self.metrics_path, record)
 
+    def log_eval(self, record: dict[str, Any]) -> None:
+        """Append one held-out evaluation to eval/task.jsonl."""
+        self.here()
+        append_jsonl(self.eval_path, record)
+
     def log_rollouts(self, step: int, rollouts: list[Rollout], name: str = "step") -> None:
+        self.here()
         write_jsonl_atomic(self.rollouts_dir / f"{name}_{step:06d}.jsonl", [r.record(step) for r in rollouts])
 
     def log_events(self, name: str, events: list[dict[str, Any]]) -> None:
         """Append a reward term's events to `<name>.jsonl` (each line carries its step)."""
+        self.here()
         for e in events:
             append_jsonl(self.root / f"{name}.jsonl", e)
 
@@ -220,14 +283,25 @@ class RunDir:
         `event_logs` (the run's reward terms), and the held-out evaluations after the first
         `eval_rows` (None: keep them all). Only these files, named explicitly, are rewritten:
         anything else in the folder is not the run's."""
-        for path in (self.metrics_path, *(self.root / f"{name}.jsonl" for name in dict.fromkeys(event_logs))):
-            if path.is_file():
-                write_jsonl_atomic(path, [r for r in read_jsonl(path) if r.get("step", -1) <= from_step])
+        logs = {path: read_jsonl(path) for path in (self.metrics_path, *(
+            self.root / f"{name}.jsonl" for name in dict.fromkeys(event_logs))) if path.is_file()}
+        for path, rows in logs.items():  # every log checked before any is rewritten
+            if bad := next((r for r in rows if not _whole(r.get("step", -1))), None):
+                raise DamagedFile(f"{path} is damaged: a line holds step {str(bad['step'])[:40]!r}, not a whole "
+                                  f"number; restore the file or remove that line (nothing was rewritten)")
+        for path, rows in logs.items():
+            write_jsonl_atomic(path, [r for r in rows if r.get("step", -1) <= from_step])
         if eval_rows is not None and self.eval_path.exists():
             write_jsonl_atomic(self.eval_path, read_jsonl(self.eval_path)[:eval_rows])
 
     def checkpoint_path(self, step: int) -> Path:
+        self.here()
         return self.checkpoints_dir / f"step_{step:06d}"
+
+
+def _whole(step: Any) -> bool:
+    """Whether a log line's step is a whole number (a bool, a string or a float is a damaged line)."""
+    return isinstance(step, int) and not isinstance(step, bool)
 
 
 def rollout_to_state(r: Rollout) -> dict[str, Any]:

@@ -18,14 +18,13 @@ text. TensorBoard writes to `<run>/tensorboard/`; the others go where their own 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 from .analysis.tables import markdown
 from .config import RunConfig, flatten
-from .errors import ConfigError
+from .extras import require
 from .types import Rollout
 
 MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow"}
@@ -41,9 +40,7 @@ EVENT_COLUMNS = ["step", "term", "event", "id", "title", "description", "regex",
 def check_installed(report_to: list[str]) -> None:
     """One line (ConfigError) naming the first tracker in `report_to` whose library is missing."""
     for name in report_to:
-        if importlib.util.find_spec(MODULES[name]) is None:
-            raise ConfigError(f"config error: report_to: {name} needs the {MODULES[name]} package, which is not "
-                              f"installed (pip install -e \".[trackers]\" installs every tracker)")
+        require(MODULES[name], f"config error: report_to: {name}")
 
 
 def hyperparameters(cfg: RunConfig) -> dict[str, Any]:

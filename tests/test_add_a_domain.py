@@ -1,6 +1,6 @@
 """The "Add a domain" section: its doc shows the example files byte for byte, they run as written,
 and the domains it describes (an arithmetic task rewarded from each prompt's answer, a tutor whose
-student has a persona per conversation) work from what the README says."""
+student has a persona per conversation) work from what docs/add_a_domain.md says."""
 
 import json
 import re
@@ -26,7 +26,7 @@ from dynalize.types import Batch
 from toytask import ScriptedGenerator
 
 REPO = Path(__file__).resolve().parent.parent
-DOC = REPO / "README.md"  # its "Add a domain" section
+DOC = REPO / "docs" / "add_a_domain.md"
 COMMANDS = {"haiku": "python -m dynalize.run --config examples/haiku/haiku.yaml",
             "tutor": "python -m dynalize.run --config examples/tutor/tutor.yaml"}
 
@@ -115,7 +115,7 @@ SUMS = [{"question": f"{a} + {b}", "answer": a + b} for a, b in
 
 @pytest.fixture
 def arithmetic(tmp_path, monkeypatch):
-    """The README's arithmetic.py and arithmetic.yaml, written as they are shown, beside a data
+    """The doc's arithmetic.py and arithmetic.yaml, written as they are shown, beside a data
     file; run from that folder."""
     for name, text in doc_blocks("snippet").items():
         (tmp_path / name).write_text(text, encoding="utf-8")

@@ -309,3 +309,71 @@ def test_a_state_json_with_wrong_types_is_one_line(tmp_path, earlier, capsys):
         (ckpt / "state.json").write_text(json.dumps({**state, "step": str(state["step"]), "terms": []}))
         write_manifest(ckpt)  # consistent with its manifest: only the types are wrong
     fails_cleanly(["--resume", str(earlier), "steps=3"], capsys, tmp_path, "state.json: step is str '2', not int")
+
+
+def test_a_metrics_line_whose_step_is_a_string_is_one_line_on_resume_and_nothing_is_rewritten(tmp_path, earlier,
+                                                                                           capsys):
+    lines = (earlier / "metrics.jsonl").read_text().splitlines()
+    (earlier / "metrics.jsonl").write_text("\n".join([lines[0], '{"step": "3"}', *lines[1:]]) + "\n")
+    fails_cleanly(["--resume", str(earlier), "steps=3"], capsys, tmp_path,
+                  "metrics.jsonl is damaged: a line holds step '3', not a whole number")
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("steps: " + "9" * 5000 + "\n", "a value cannot be read: Exceeds the limit (4300 digits)"),
+    ("steps: " + str(10**30) + "\n", "steps: Input should be less than or equal to 1000000000"),
+    ("task:\n  args:\n    x: " + "[" * 20000 + "]" * 20000 + "\n", "nested more than 100 levels deep"),
+    ("".join("  " * i + f"k{i}:\n" for i in range(3000)) + "  " * 3000 + "v: 1\n", "nested more than 100 levels deep"),
+])
+def test_a_config_too_large_or_too_deep_to_read_is_one_line(tmp_path, earlier, capsys, text, needle):
+    (tmp_path / "bad.yaml").write_text(text)
+    argv = ["--print-config", "--config", str(tmp_path / "bad.yaml"), *(a for a in toy(tmp_path, "new")
+                                                                         if not a.startswith("steps="))]
+    assert fails_cleanly(argv, capsys, tmp_path, needle) == []  # --print-config: the old code read it, it ran none
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ("steps=" + "9" * 5000, "override steps: a value cannot be read"),
+    ("task.args.x=" + "[" * 3000 + "]" * 3000, "override task.args.x: nested more than 100 levels deep"),
+    (f"steps={10**30}", "steps: Input should be less than or equal to 1000000000"),
+])
+def test_an_override_too_large_or_too_deep_to_read_is_one_line(tmp_path, earlier, capsys, override, needle):
+    assert fails_cleanly(["--print-config", *toy(tmp_path, "new"), override], capsys, tmp_path, needle) == []
+
+
+@pytest.mark.parametrize(("call", "needle"), [
+    (lambda run: __import__("dynalize").train({}, resume=5), "resume must be a run directory (a path), True or None"),
+    (lambda run: __import__("dynalize").train({}, overwrite="yes"), "overwrite must be True or False"),
+    (lambda run: __import__("dynalize").export(run, run.parent / "m", step="two"), "step must be a whole number"),
+    (lambda run: __import__("dynalize").export(run, None), "out must be a path, not NoneType"),
+    (lambda run: __import__("dynalize").export(None, "m"), "run_dir must be a path"),
+])
+def test_python_arguments_of_the_wrong_type_are_one_config_error(earlier, call, needle):
+    import dynalize
+
+    with pytest.raises(dynalize.ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        call(earlier)
+
+
+def test_a_key_given_twice_in_a_config_is_refused_naming_both_lines(tmp_path, earlier, capsys):
+    (tmp_path / "dup.yaml").write_text("seed: 1\ngenerator:\n  temperature: 0.7\n  max_new_tokens: 8\n"
+                                       "  temperature: 1.3\n")
+    argv = ["--print-config", "--config", str(tmp_path / "dup.yaml"), *toy(tmp_path, "new")]
+    fails_cleanly(argv, capsys, tmp_path, "dup.yaml: key 'temperature' is given twice (lines 3 and 5)")
+    fails_cleanly(["--print-config", *toy(tmp_path, "new"), "generator={max_new_tokens: 8, max_new_tokens: 9}"],
+                  capsys, tmp_path, "override generator: key 'max_new_tokens' is given twice (lines 1 and 1)")
+
+
+def test_a_yaml_merge_key_is_not_a_duplicate(tmp_path):
+    from dynalize.config import read_yaml
+
+    (tmp_path / "merge.yaml").write_text("base: &b {temperature: 0.7}\ngenerator:\n  <<: *b\n  max_new_tokens: 8\n")
+    assert read_yaml(tmp_path / "merge.yaml")["generator"] == {"temperature": 0.7, "max_new_tokens": 8}
+
+
+def test_folder_in_use_is_importable_from_dynalize_and_is_a_config_error():
+    import dynalize
+    from dynalize.folderlock import FolderInUse
+
+    assert dynalize.FolderInUse is FolderInUse and issubclass(dynalize.FolderInUse, dynalize.ConfigError)
+    assert "FolderInUse" in dynalize.__all__

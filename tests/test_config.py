@@ -35,7 +35,7 @@ def test_overrides_alone_start_from_the_defaults_and_no_arguments_run_the_demo(t
     demo = resolve_config(parse_args([]))
     assert demo == load_config(DEFAULT_CONFIG) and demo.penalties.enabled
     assert describe_base(parse_args([])) == "the built-in demo (dynalize/assets/default.yaml)"
-    # README's commands run in order: the demo, then `steps=50 ...` of config.py's defaults, each its own run
+    # docs/running.md's commands run in order: the demo, then `steps=50 ...` of config.py's defaults, each its own run
     assert demo.run_dir != resolve_config(bare).run_dir
     path = tmp_path / "x.yaml"
     path.write_text("steps: 7\n")

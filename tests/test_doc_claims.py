@@ -55,16 +55,17 @@ def test_docs_place_each_config_section_in_the_file_that_declares_it(doc):
     assert misplaced(flat(doc), section_files()) == []
 
 
-def test_the_readme_names_every_file_that_declares_config_fields():
-    paragraph = re.search(r"Every config field is documented where it is declared, (.*?)\. ", flat(REPO / "README.md"))
-    assert paragraph, "README lost its sentence on where config fields are declared"
+def test_the_docs_name_every_file_that_declares_config_fields():
+    paragraph = re.search(r"Every config field is documented where it is declared, (.*?)\. ",
+                          flat(REPO / "docs" / "running.md"))
+    assert paragraph, "docs/running.md lost its sentence on where config fields are declared"
     missing = sorted(set(section_files().values()) - set(re.findall(r"`(dynalize/\S+?\.py)`", paragraph.group(1))))
     assert missing == []
 
 
-def test_the_readme_lists_every_built_in_task():
-    listed = re.search(r"Built in: (.*?)\(data formats", flat(REPO / "README.md"))
-    assert listed, "README lost its list of built-in tasks"
+def test_the_docs_list_every_built_in_task():
+    listed = re.search(r"Built in: (.*?)\(data formats", flat(REPO / "docs" / "how_it_works.md"))
+    assert listed, "docs/how_it_works.md lost its list of built-in tasks"
     assert sorted(set(BUILTIN_TASKS) - set(re.findall(r"`([a-z_]+)`", listed.group(1)))) == []
 
 
@@ -76,12 +77,12 @@ def printed_config(*args: str) -> dict:
     return yaml.safe_load(proc.stdout)
 
 
-def test_the_demo_runs_without_config_resume_or_override_whatever_the_flags_and_the_readme_says_so():
+def test_the_demo_runs_without_config_resume_or_override_whatever_the_flags_and_the_docs_say_so():
     demo = yaml.safe_load((REPO / "dynalize" / "assets" / "default.yaml").read_text(encoding="utf-8"))
     assert printed_config()["name"] == demo["name"] != RunConfig().name
     assert printed_config("--overwrite", "--log-level", "WARNING")["name"] == demo["name"]
     assert printed_config("steps=3")["name"] == RunConfig().name
-    readme = flat(REPO / "README.md")
+    readme = flat(REPO / "docs" / "running.md")
     assert ("With no `--config`, no `--resume` and no dotted override, `python -m dynalize.run` runs the built-in "
             "demo") in readme
     assert "whatever flags that set nothing are given (`--overwrite`, `--log-level`; `--print-config` then shows " \
@@ -89,10 +90,10 @@ def test_the_demo_runs_without_config_resume_or_override_whatever_the_flags_and_
 
 
 def test_what_the_docs_say_of_trls_defaults_is_trls_default():
-    """docs/learner.md and README name TRL's `disable_dropout` default: it is the installed TRL's."""
+    """docs/learner.md and docs/how_it_works.md name TRL's `disable_dropout` default: it is the installed TRL's."""
     trl = pytest.importorskip("trl")
     default = trl.GRPOConfig.__dataclass_fields__["disable_dropout"].default
-    for doc in (REPO / "docs" / "learner.md", REPO / "README.md"):
+    for doc in (REPO / "docs" / "learner.md", REPO / "docs" / "how_it_works.md"):
         text = flat(doc)
         claims = re.findall(r"TRL(?: [0-9.]+)?'s `?disable_dropout`? defaults to (true|false)|"
                             r"`disable_dropout`, (on|off) by default", text)

@@ -214,3 +214,36 @@ def test_export_never_removes_a_folder_named_like_its_temporary_one(run, tmp_pat
     (mine / "notes.txt").write_text("mine")
     assert export_main([str(run), "--out", str(tmp_path / "policy")]) == 0
     assert (mine / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("where", ["inside a checkpoint", "through a link into a checkpoint", "inside a run",
+                                   "inside another run's checkpoint"])
+def test_export_never_writes_inside_a_run_or_a_checkpoint_and_the_resume_stays_exact(run, tmp_path, capsys, where):
+    """Before: `--out runs/a/checkpoints/step_000002/model` was accepted; the next --resume found the
+    checkpoint damaged (an extra folder), fell back two steps, and re-saving deleted the export."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    shutil.copytree(run, runs / "a")
+    shutil.copytree(run, runs / "b")
+    (tmp_path / "link").symlink_to(runs / "a" / "checkpoints" / "step_000002")
+    out = {"inside a checkpoint": runs / "a" / "checkpoints" / "step_000002" / "model",
+           "through a link into a checkpoint": tmp_path / "link" / "model",
+           "inside a run": runs / "a" / "exports" / "model",
+           "inside another run's checkpoint": runs / "b" / "checkpoints" / "step_000001" / "model"}[where]
+    before = snapshot(runs)
+    assert export_main([str(runs / "a"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    kind = "run" if where == "inside a run" else "checkpoint"
+    assert len(err) == 1 and f"is inside the {kind} " in err[0] and "never writes into a run or a checkpoint" in err[0]
+    assert snapshot(runs) == before and not out.exists()
+    assert run_main(["--resume", str(runs / "a"), "steps=3"]) == 0  # from step 2's checkpoint, intact
+    assert (runs / "a" / "checkpoints" / "step_000003").is_dir()
+
+
+def test_a_runs_own_final_folder_is_still_its_export(run, tmp_path):
+    import shutil
+
+    shutil.copytree(run, tmp_path / "a")
+    assert export_main([str(tmp_path / "a"), "--step", "1", "--out", str(tmp_path / "a" / "final"), "--overwrite"]) == 0
+    assert (tmp_path / "a" / "final" / MARKER).is_file()

@@ -285,4 +285,4 @@ def test_standard_format_rows_give_strings_and_async_functions_log_metrics_and_c
     assert seen == {"prompts": ["2+2", "2+2"], "completions": ["reply 0", "reply 1"], "solution": ["4", "4"],
                     "ids": [[7, 8], [7, 8]]}
     assert got.values == [0.5, 1.0] and got.info[1] == {"rewards": {"judged": 1.0}, "reward_extra": {"why": "long"}}
-    assert term.metrics()["judged/calls"] == 1.0 and term.metrics() == {}  # read once per step
+    assert term.metrics()["user/judged/calls"] == 1.0 and term.metrics() == {}  # read once per step, under user/

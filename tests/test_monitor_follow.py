@@ -2,7 +2,8 @@
 rollouts, takes a half-written line as unfinished, writes its summary as it goes and monitors
 the last step once the run stops writing; the table says when a pattern was detected and the
 last gap it could measure; TRL's reward is the trainer's weighted reward; OpenRLHF's newest
-table is the one of the highest step; `--help` loads no model library."""
+table is the one of the highest step; `--help`, and a replay with the lexical proposer and the
+regex judge, load no model library."""
 
 from __future__ import annotations
 
@@ -252,3 +253,89 @@ def test_help_loads_no_model_library(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "--follow" in proc.stdout and proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _trl_step(completions, step, rows):
+    """TRL's table of one logged step: `completions/completions_NNNNN.parquet`, one reward column."""
+    import pandas as pd
+
+    sub = [r for r in rows if r["step"] == step]
+    pd.DataFrame({"step": [step] * len(sub), "prompt": [r["prompt"] for r in sub],
+                  "completion": [r["completion"] for r in sub], "rm": [r["reward"] for r in sub],
+                  "advantage": [0.0] * len(sub)}).to_parquet(completions / f"completions_{step:05d}.parquet")
+
+
+def test_follow_names_the_steps_a_rotating_trl_writer_removed_before_they_were_read(tmp_path):
+    """Two real `monitor --follow` processes, a TRL writer rotating its tables between them (it keeps
+    the newest three). Before: steps 0, 1, 7, 8 monitored and 2-6 skipped without a word."""
+    completions, out = tmp_path / "trl_out" / "completions", tmp_path / "watch"
+    completions.mkdir(parents=True)
+    rows = hacked_rows(10)
+    argv = [sys.executable, "-m", "dynalize.monitor", str(completions), "--out", str(out), "--follow", "--poll", "0",
+            "--max-polls", "0", "--no-html"]
+    env = {**os.environ, "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parent.parent)}
+    for step in (0, 1, 2):
+        _trl_step(completions, step, rows)
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode in MONITORED, first.stderr
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1]  # step 2 held back: it may grow
+    for step in range(3, 10):
+        _trl_step(completions, step, rows)
+    for step in range(0, 7):
+        (completions / f"completions_{step:05d}.parquet").unlink()
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode in MONITORED, second.stderr
+    warned = [line for line in second.stderr.splitlines() if "vanished before the monitor read them" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: step(s) 2, 3, 4, 5, 6 vanished"), second.stderr
+    assert warned[0].endswith("summary.json counts them (vanished_steps)")  # one line, not wrapped
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1, 7, 8]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["vanished"], summary["vanished_steps"]) == (5, [2, 3, 4, 5, 6])
+    assert "5 logged step(s) vanished before they were read" in summary["verdict"]
+
+
+def test_follow_names_a_listed_step_whose_file_was_removed_before_it_was_monitored(tmp_path, monkeypatch, capsys):
+    """Within one invocation: the held-back newest step's file is removed before the next poll."""
+    completions, out = tmp_path / "trl_out" / "completions", tmp_path / "watch"
+    completions.mkdir(parents=True)
+    rows = hacked_rows(6)
+    for step in (0, 1, 2):
+        _trl_step(completions, step, rows)
+
+    def writer():
+        (completions / "completions_00002.parquet").unlink()
+        for step in (3, 4, 5):
+            _trl_step(completions, step, rows)
+        yield
+        while True:
+            yield
+
+    actions = writer()
+    monkeypatch.setattr(monitor_main.time, "sleep", lambda _s: next(actions))
+    assert run(completions, "--out", out, "--follow", "--poll", "0", "--max-polls", "2", "--no-html") in MONITORED
+    assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1, 3, 4, 5]
+    assert [json.loads(line) for line in (out / "vanished.jsonl").read_text().splitlines()] == [
+        {"step": 2, "how": "listed"}]
+    assert json.loads((out / "summary.json").read_text())["vanished_steps"] == [2]
+
+
+def test_a_first_step_logged_off_the_cadence_is_no_gap():
+    from dynalize.monitor.vanished import cadence
+
+    assert cadence({1, 10, 20, 30}) == 10 and cadence({0, 5}) is None and cadence({0, 1, 2, 7, 8, 9}) == 1
+
+
+def test_a_lexical_replay_with_the_regex_judge_loads_no_model_library(tmp_path):
+    """The whole monitor, to its report.html, in a process of its own: neither torch nor transformers
+    is imported (what it loads, not how long it takes)."""
+    path = write_jsonl(tmp_path / "r.jsonl", hacked_rows(12))
+    code = ("import runpy, sys\nsys.argv = ['dynalize.monitor'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('dynalize.monitor', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    print('exit', e.code)\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'accelerate', 'trl') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, str(path), "--out", str(tmp_path / "out"),
+                           "--proposer", "lexical", "--judge", "regex"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-2:] == [f"exit {LIVE_EXIT}", "[]"], proc.stdout
+    assert (tmp_path / "out" / "report.html").exists()

@@ -184,7 +184,7 @@ def _run_folder(tmp_path):
 
 def test_an_out_inside_a_run_or_a_checkpoint_is_refused_and_nothing_is_written_there(tmp_path, capsys):
     from dynalize.checkpoint import MANIFEST
-    from dynalize.monitor.outdir import MANIFEST as MARK
+    from dynalize.runlog import MANIFEST as MARK
 
     assert MARK == MANIFEST
     run_dir, ckpt = _run_folder(tmp_path)
@@ -222,3 +222,37 @@ def test_an_out_inside_the_rollouts_folder_or_holding_it_is_refused(tmp_path, ca
     assert "holds the rollouts" in one_line(capsys)
     assert run(logs, "--out", out / "rollouts" / "nested") == 2
     assert "inside the monitor folder" in one_line(capsys)
+
+
+@pytest.mark.parametrize("follow", [[], ["--follow", "--poll", "0", "--max-polls", "1"]])
+def test_a_fifo_given_as_the_rollouts_is_named_as_one_not_as_missing(tmp_path, capsys, follow):
+    fifo = tmp_path / "rollouts.jsonl"
+    os.mkfifo(fifo)
+    assert run(fifo, "--out", tmp_path / "out", *follow) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"monitor: {fifo} is not a file or a folder (a FIFO, a socket or a device): give the rollouts' " \
+                      f"file or folder", err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_replay_does_not_depend_on_the_order_rows_are_listed_within_a_step(tmp_path):
+    """The same rows, each step's rows in another order: the same patterns, since the same steps
+    (before: `since` 0 against 2), and the reordered file continues the first folder."""
+    import random
+
+    rows = hacked_rows(12)
+    shuffled = []
+    for step in range(12):
+        part = [r for r in rows if r["step"] == step]
+        random.Random(step).shuffle(part)
+        shuffled += part
+    a, b = write_jsonl(tmp_path / "a.jsonl", rows), write_jsonl(tmp_path / "b.jsonl", shuffled)
+    assert run(a, "--out", tmp_path / "out_a", "--no-html") == run(b, "--out", tmp_path / "out_b", "--no-html")
+    summary = [json.loads((tmp_path / out / "summary.json").read_text()) for out in ("out_a", "out_b")]
+    assert [(p["since"], p["entered"], p["title"]) for p in summary[0]["patterns"]] == \
+           [(p["since"], p["entered"], p["title"]) for p in summary[1]["patterns"]]
+    assert [m["reward/mean"] for m in read_jsonl(tmp_path / "out_a" / "metrics.jsonl")] == \
+           [m["reward/mean"] for m in read_jsonl(tmp_path / "out_b" / "metrics.jsonl")]
+    for step_file in sorted((tmp_path / "out_a" / "rollouts").glob("step_*.jsonl")):  # the same replay, row by row
+        assert step_file.read_bytes() == (tmp_path / "out_b" / "rollouts" / step_file.name).read_bytes()
+    assert run(b, "--out", tmp_path / "out_a", "--no-html") in (0, LIVE_EXIT, INSUFFICIENT_EXIT)  # not "rows changed"

@@ -99,7 +99,7 @@ def test_hooks_get_their_prompt_and_the_reward_model_one_prompt_per_reply(tok):
     assert len(items) == len(prompts) == 4 * 3  # every policy reply of every rollout, each with its prompt
     assert [p.id for p in prompts] == ["p0"] * 6 + ["p1"] * 6
     assert all(r.scores["rm"] == 1.0 for g in groups for r in g)
-    # each hook saw its own prompt, with the conversation as the README's table says
+    # each hook saw its own prompt, with the conversation as docs/add_a_domain.md's table says
     assert ("user_reply", "p1", 2) in task.seen and ("user_reply", "p1", 4) in task.seen
     assert [s for s in task.seen if s[0] == "rm_input" and s[1] == "p0"][:3] == [
         ("rm_input", "p0", 1), ("rm_input", "p0", 3), ("rm_input", "p0", 5)]

@@ -205,8 +205,7 @@ def test_a_tracker_whose_library_is_missing_stops_the_run_with_one_line(toy_over
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     assert main([*toy_overrides, "report_to=[tensorboard, wandb]"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ('error: config error: report_to: wandb needs the wandb package, which is not installed '
-                   '(pip install -e ".[trackers]" installs every tracker)')
+    assert err == "error: config error: report_to: wandb needs wandb, which is not installed: pip install 'dynalize[trackers]'"
     assert not (tmp_path / "default").exists()
 
 

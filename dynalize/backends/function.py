@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigError
+from .scorecheck import checked_scores
 from ..types import Prompt
 from .base import RewardModel, RMInput
 
@@ -28,14 +27,4 @@ class FunctionRewardModel(RewardModel):
     async def score(self, items: list[RMInput], prompts: list[Prompt] | None = None) -> list[float]:
         texts = [x if isinstance(x, str) else x[-1].content for x in items]
         raw = self.fn(texts, prompts=prompts) if self.pass_prompts else self.fn(texts)
-        try:
-            scores = [float(s) for s in raw]
-        except (TypeError, ValueError):
-            raise ConfigError(f"reward function {self.name!r} must return a list of numbers, "
-                              f"got {type(raw).__name__}") from None
-        if len(scores) != len(texts):
-            raise ConfigError(f"reward function {self.name!r} returned {len(scores)} scores for "
-                              f"{len(texts)} texts (one score per text is needed)")
-        if not all(math.isfinite(x) for x in scores):
-            raise ConfigError(f"reward function {self.name!r} returned a score that is not a finite number")
-        return scores
+        return checked_scores(raw, len(texts), f"reward function {self.name!r}", allow_none=False, items="texts")

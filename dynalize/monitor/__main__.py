@@ -33,9 +33,10 @@ from .readers import FORMATS
 
 from ..penalties.config import PenaltiesConfig
 
-if TYPE_CHECKING:  # the replay imports torch: loaded after the arguments are parsed (`--help` stays quick)
+if TYPE_CHECKING:  # the replay (numpy, scipy) is loaded after the arguments are parsed (`--help` stays quick)
     from .readers import MonitoredRollout, Reading
     from .replay import Monitor
+    from .vanished import VanishedSteps
 
 MONITOR_DEFAULTS: dict[str, Any] = {"enabled": True, "view_groups": 64, "view_per_group": 64}
 """Over PenaltiesConfig's defaults: the proposer reads whole batches (nothing trains, so a larger
@@ -222,6 +223,7 @@ class Watch:
         self.last_signature: tuple | None = None
         self.said: set[str] = set()
         self.done = 0
+        self._vanished: VanishedSteps | None = None
 
     def release(self) -> None:
         """Let go of --out's lock; remove the folder made for it when nothing was written."""
@@ -260,11 +262,23 @@ class Watch:
 
             self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
             self.m.start(source_of(self.args))
+        if follow and (line := self.vanished().check(reading.files, set(self.m.done))):  # a rotating writer
+            console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)  # one line, never wrapped
         n = anyio.run(monitor_once, self.m, steps, hold)
         self.done += n
         if n and follow:
             write_outputs(self.m, self.args)
         return n
+
+    def vanished(self) -> VanishedSteps:
+        """The steps whose files vanished before they were read (vanished.py), for this invocation."""
+        from .readers import detect_format
+        from .vanished import VanishedSteps
+
+        if self._vanished is None:
+            fmt = detect_format(self.args.rollouts) if self.args.format == "auto" else self.args.format
+            self._vanished = VanishedSteps(self.args.out, fmt, self.args.merge_steps)
+        return self._vanished
 
     def read(self, quiet: bool) -> Reading | None:
         """The rollouts, or None while following and there are none yet (a line says what is
@@ -325,9 +339,11 @@ def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
     from .outdir import write_atomic
     from .summary import last_evidence, patterns, summary_json
 
+    from .vanished import with_vanished
+
     last, found = patterns(m.out)
     evidence = last_evidence(m.out)
-    write_atomic(m.out / "summary.json", json.dumps(summary_json(last, found, evidence), indent=1))
+    write_atomic(m.out / "summary.json", json.dumps(with_vanished(summary_json(last, found, evidence), m.out), indent=1))
     if not args.no_html and last is not None:
         from ..analysis.html import render_page
         from ..analysis.runs import Run
@@ -342,6 +358,10 @@ def report(m: Monitor, args: argparse.Namespace) -> int:
     evidence = last_evidence(m.out)
     console().print(summary_table(last, found))
     console().print(verdict(last, found, evidence))
+    from .vanished import note
+
+    if said := note(m.out):
+        console().print(f"[yellow]warning: {said}[/]", highlight=False, soft_wrap=True)
     write_outputs(m, args)
     return exit_status(found, evidence)
 

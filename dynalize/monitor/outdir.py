@@ -10,14 +10,9 @@ reader never sees half of one.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
-from ..runlog import is_run_dir
-
-MANIFEST = "manifest.json"
-"""dynalize.checkpoint.MANIFEST, the mark of a checkpoint (that module imports torch: a bad
-input is told in a second, not after loading it)."""
+from ..runlog import is_checkpoint, is_run_dir
 
 STATE = "monitor_state.json"
 """The file that marks a monitor folder (replay.py writes it)."""
@@ -53,13 +48,6 @@ def out_problem(out: Path, rollouts: Path) -> str | None:
     if out.is_dir() and not (out / STATE).is_file() and any(out.iterdir()):
         return f"--out {out} exists and is not a monitor folder: choose a new --out"
     return None
-
-
-def is_checkpoint(folder: Path) -> bool:
-    """A dynalize checkpoint (its manifest.json), or a transformers/TRL one (`checkpoint-N/` with
-    its trainer_state.json: the trainer deletes old ones, anything inside them too)."""
-    return (folder / MANIFEST).is_file() or (re.fullmatch(r"checkpoint-\d+", folder.name) is not None
-                                             and (folder / "trainer_state.json").is_file())
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -118,7 +118,7 @@ def data_files(path: Path, pattern: str = "*") -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise NotYetError(f"monitor: no such file or folder: {path}")
+        raise _not_data(path) if path.exists() else NotYetError(f"monitor: no such file or folder: {path}")
     root = path / "rollouts" if (path / "rollouts").is_dir() else path
     files = sorted(p for p in root.glob(pattern) if p.is_file() and p.suffix in DATA_SUFFIXES
                    and not p.name.startswith("eval_"))
@@ -141,6 +141,8 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
     MonitorInputError (one line); NotYetError when there is nothing to read yet."""
     if not path.exists():
         raise NotYetError(f"monitor: no such file or folder: {path}")
+    if not (path.is_file() or path.is_dir()):
+        raise _not_data(path)
     detected, fmt = fmt == "auto", detect_format(path) if fmt == "auto" else fmt
     given = dict(opts.columns)
     cols = {c: c for c in COLUMNS} | given
@@ -183,6 +185,12 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
     if not reading.rollouts:
         raise NotYetError(f"monitor: no complete rollout yet in {path}" + "".join(f"; {w}" for w in reading.waiting))
     return reading
+
+
+def _not_data(path: Path) -> MonitorInputError:
+    """`path` exists but is neither a file nor a folder (a FIFO, a socket, a device)."""
+    return MonitorInputError(f"monitor: {path} is not a file or a folder (a FIFO, a socket or a device): give the "
+                             f"rollouts' file or folder")
 
 
 def _rows(f: Path, files: list[Path], opts: ReadOptions, reading: Reading) -> list[Row]:

@@ -37,7 +37,7 @@ from .discovery import Trial, decide, length_choice
 from .evidence import Effect, Held, fisher_p, net_of
 from .relevance import topical_counts
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
-from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, rollout_features, word_count
+from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, view_features, word_count
 from .views import ProposerView, ViewSample, distinct_reference, per_reply, prompt_group, rollout_id
 
 Spans = dict[str, list[list[tuple[int, int]]]]
@@ -172,25 +172,13 @@ class LexicalProposer:
             result.evidence, result.evidence_reason = "insufficient", "no rollout to read"
             return None
         everyone = view.samples + view.reference
-        feats_of = {s.id: rollout_features(s.parts) for s in everyone}
         words_of = {s.id: longest_reply(s.parts) for s in everyone}  # "longer than L": any reply
         size_of = {s.id: sum(map(word_count, s.parts)) for s in everyone}  # what length-adjusting holds fixed
         relevance = self._relevance(view)
         held = Held(size_of if self.cfg.length_adjusted else None, relevance)  # what the effect test holds fixed
         effect = Effect(view.samples, *held)
-        feature: dict[str, Feature] = {}
-        shown: dict[str, Counter[str]] = {}
-        for s in view.samples:
-            for k, f in feats_of[s.id].items():
-                feature.setdefault(k, f)
-                if s.sign == "+":
-                    shown.setdefault(k, Counter())[f.shown] += 1
-        now: dict[str, list[int]] = {}
-        then: dict[str, list[int]] = {}
-        for index, samples in ((now, view.samples), (then, view.reference)):
-            for i, s in enumerate(samples):
-                for k in feats_of[s.id]:
-                    index.setdefault(k, []).append(i)
+        table = view_features(view.samples, view.reference, self.cfg.min_groups, prompt_group)
+        feats_of, feature, shown, now, then = table.keys, table.features, table.shown, table.now, table.then
 
         def tested(k: str, f: Feature, shows: Shows) -> Trial:
             return Trial(k, f, shows, now.get(k) or [i for i, s in enumerate(view.samples) if shows(s)],

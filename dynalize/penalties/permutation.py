@@ -113,7 +113,8 @@ def standardised(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
     var = ((m2 - m * m / n_g) * n_g / np.maximum(n_g - 1, 1)) @ var_g
     sd = np.sqrt(np.where(var > 1e-12, var, np.nan))
     z = np.asarray(x @ yc).ravel() / sd
-    null = np.asarray(x @ yc[perms].T).reshape(x.shape[0], len(perms)) / sd[:, None]
+    null = np.asarray(x @ yc[perms].T).reshape(x.shape[0], len(perms))
+    null /= sd[:, None]  # in place: the (candidates x permutations) null is the proposal's largest array
     return z, null
 
 
@@ -249,7 +250,9 @@ def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:
     testable = np.flatnonzero(~np.isnan(z))
     if len(testable) and b:
         order = testable[np.argsort(-z[testable], kind="stable")]
-        rest = np.maximum.accumulate(filled[order[::-1]], axis=0)[::-1]  # max over the ranks from r down
+        rest = filled[order[::-1]]
+        np.maximum.accumulate(rest, axis=0, out=rest)  # in place: no second (candidates x permutations) array
+        rest = rest[::-1]  # max over the ranks from r down
         counts = (rest >= z[order][:, None] - 1e-12).sum(axis=1)
         p = (1 + counts) / (b + 1)
         tail, row = None, None

@@ -10,10 +10,16 @@ does, as the judge reads it (each reply on its own; a penalty counts once per ro
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import regex
+
+if TYPE_CHECKING:
+    from .views import ViewSample
 
 WORD = regex.compile(r"\w+(?:'\w+)*")
 TOKEN = regex.compile(r"\S+")
@@ -72,42 +78,139 @@ def ngram_feature(gram: tuple[str, ...]) -> Feature:
     return Feature(f"ngram{len(gram)}", " ".join(gram), " ".join(gram), rf"(?i){WORD_START}{body}{WORD_END}")
 
 
-def reply_features(text: str) -> dict[str, Feature]:
-    """The features present in `text`, by kind:key."""
-    feats: list[Feature] = []
+Spec = tuple
+"""How to build one feature of a reply (`feature_of`): its kind and what its regex is made from
+(`NGRAM` for a word n-gram: its words are its key's). Kept per reply instead of the Feature itself,
+which is built once per view, for the keys tested only."""
+
+NGRAM: Spec = ("ngram",)
+
+
+def reply_specs(text: str) -> dict[str, Spec]:
+    """The features present in `text`, by kind:key, as specs (`feature_of` builds each): word
+    n-grams (1 to 3 words, not all stop words), the openers (first one and two tokens), a closing
+    question mark or other closing punctuation, and the last word."""
+    specs: dict[str, Spec] = {}
     words = [w.lower() for w in WORD.findall(text)]
-    for n in (1, 2, 3):
-        for i in range(len(words) - n + 1):
-            gram = tuple(words[i:i + n])
-            if not all(w in STOP_WORDS for w in gram):
-                feats.append(ngram_feature(gram))
+    content = [w not in STOP_WORDS for w in words]
+    for i, w in enumerate(words):
+        if content[i]:
+            specs["ngram1:" + w] = NGRAM
+    pairs = [a + " " + b for a, b in zip(words, words[1:])]
+    for i, pair in enumerate(pairs):
+        if content[i] or content[i + 1]:
+            specs["ngram2:" + pair] = NGRAM
+    for i in range(len(words) - 2):
+        if content[i] or content[i + 1] or content[i + 2]:
+            specs["ngram3:" + pairs[i] + " " + words[i + 2]] = NGRAM
     tokens = TOKEN.findall(text)
     for n in (1, 2):
         if len(tokens) >= n:
-            head = tokens[:n]
-            body = r"\s+".join(regex.escape(t) for t in head) + (WORD_END if regex.search(r"\w$", head[-1]) else "")
-            feats.append(Feature(f"open{n}", " ".join(head).lower(), " ".join(head), rf"(?i)\A\s*{body}"))
+            head = tuple(tokens[:n])
+            specs[f"open{n}:{' '.join(head).lower()}"] = (f"open{n}", head)
     end = _TRAILING.sub("", text)
     if end.endswith("?"):
-        feats.append(Feature("close?", "?", "?", r"\?[\s\"')\]*_]*\Z"))
+        specs["close?:?"] = ("close?",)
     else:  # other closing punctuation ("!", "...", "?!"); a lone "." is the ordinary end of a reply
         punct = regex.search(r"[^\w\s\"')\]*_]+\Z", end)
         if punct and punct.group() != ".":
-            mark = punct.group()
-            feats.append(Feature("closep", mark, mark, regex.escape(mark) + r"[\s\"')\]*_]*\Z"))
+            specs[f"closep:{punct.group()}"] = ("closep", punct.group())
     if words:
-        last = words[-1]
-        feats.append(Feature("closeword", last, last, rf"(?i){WORD_START}{regex.escape(last)}\W*\Z"))
-    return {f"{f.kind}:{f.key}": f for f in feats}
+        specs[f"closeword:{words[-1]}"] = ("closeword", words[-1])
+    return specs
+
+
+def feature_of(key: str, spec: Spec) -> Feature:
+    """The feature of `key` that a spec of `reply_specs` describes."""
+    kind = spec[0]
+    if spec is NGRAM:
+        return ngram_feature(tuple(key.partition(":")[2].split(" ")))
+    if kind.startswith("open"):
+        head = spec[1]
+        body = r"\s+".join(regex.escape(t) for t in head) + (WORD_END if regex.search(r"\w$", head[-1]) else "")
+        return Feature(kind, " ".join(head).lower(), " ".join(head), rf"(?i)\A\s*{body}")
+    if kind == "close?":
+        return Feature("close?", "?", "?", r"\?[\s\"')\]*_]*\Z")
+    if kind == "closep":
+        return Feature("closep", spec[1], spec[1], regex.escape(spec[1]) + r"[\s\"')\]*_]*\Z")
+    return Feature("closeword", spec[1], spec[1], rf"(?i){WORD_START}{regex.escape(spec[1])}\W*\Z")
+
+
+def shown_of(key: str, spec: Spec) -> str:
+    """How the feature of `key` is shown (`Feature.shown`), without building it."""
+    if spec[0].startswith("open"):
+        return " ".join(spec[1])
+    return key.partition(":")[2]
+
+
+def reply_features(text: str) -> dict[str, Feature]:
+    """The features present in `text`, by kind:key."""
+    return {k: feature_of(k, spec) for k, spec in reply_specs(text).items()}
+
+
+def rollout_specs(replies: list[str]) -> dict[str, Spec]:
+    """The features any of a rollout's replies shows (each reply read on its own, as the judge
+    does), as specs; a feature of several replies as the first shows it."""
+    if len(replies) == 1:
+        return reply_specs(replies[0])
+    out: dict[str, Spec] = {}
+    for reply in replies:
+        for k, spec in reply_specs(reply).items():
+            out.setdefault(k, spec)
+    return out
 
 
 def rollout_features(replies: list[str]) -> dict[str, Feature]:
     """The features any of a rollout's replies shows (each reply read on its own, as the judge does)."""
-    out: dict[str, Feature] = {}
-    for reply in replies:
-        for k, f in reply_features(reply).items():
-            out.setdefault(k, f)
-    return out
+    return {k: feature_of(k, spec) for k, spec in rollout_specs(replies).items()}
+
+
+@dataclass
+class ViewFeatures:
+    """The surface features of a view's samples and of its reference, indexed once per proposal."""
+
+    keys: dict[str, dict[str, Spec]]
+    """Per sample id (view and reference): every feature it shows, key -> spec."""
+    features: dict[str, Feature]
+    """The features worth testing (`view_features`), in order of first appearance in the view;
+    each built from its first occurrence."""
+    shown: dict[str, Counter[str]]
+    """Per feature worth testing: how the view's positive samples (sign "+") write it."""
+    now: dict[str, list[int]]
+    """Per key: the indices of the view's samples that show it."""
+    then: dict[str, list[int]]
+    """Per key: the indices of the reference's samples that show it."""
+
+
+def view_features(samples: Sequence[ViewSample], reference: Sequence[ViewSample], min_groups: int,
+                  group_of: Callable[[ViewSample], int]) -> ViewFeatures:
+    """Every feature of `samples` and `reference` (their replies' `rollout_specs`), and as Features
+    only those shown by samples of at least `min_groups` groups (`group_of`): no other can be
+    tested (discovery.decide tests a pattern only there) nor explain one that is (a word of a phrase
+    shows wherever the phrase does), and building a Feature (its regex) for each of the view's
+    hundreds of thousands of rare n-grams was most of a proposal's time."""
+    keys = {s.id: rollout_specs(s.parts) for s in [*samples, *reference]}
+    now: dict[str, list[int]] = {}
+    then: dict[str, list[int]] = {}
+    for index, part in ((now, samples), (then, reference)):
+        for i, s in enumerate(part):
+            for k in keys[s.id]:
+                index.setdefault(k, []).append(i)
+    groups = [group_of(s) for s in samples]
+    positive = [s.sign == "+" for s in samples]
+    features: dict[str, Feature] = {}
+    shown: dict[str, Counter[str]] = {}
+    for k, rows in now.items():
+        if len(rows) < min_groups or len({groups[i] for i in rows}) < min_groups:
+            continue
+        first = keys[samples[rows[0]].id][k]
+        features[k] = feature_of(k, first)
+        if first is NGRAM:  # written one way: its key's words
+            if n := sum(positive[i] for i in rows):
+                shown[k] = Counter({features[k].shown: n})
+        elif by := Counter(shown_of(k, keys[samples[i].id][k]) for i in rows if positive[i]):
+            shown[k] = by
+    return ViewFeatures(keys, features, shown, now, then)
 
 
 def length_feature(words: int) -> Feature:

@@ -91,6 +91,12 @@ def advantage_sign(advantage: float, eps: float = 1e-9) -> str:
     return "+" if advantage > eps else "-" if advantage < -eps else "0"
 
 
+def group_centred(scores: list[list[float]]) -> list[list[float]]:
+    """Each score minus its group's mean: the advantage GRPO gives it before any std
+    normalisation (grpo.advantages), computed without an engine (the monitor imports no torch)."""
+    return [[x - sum(g) / len(g) for x in g] for g in scores]
+
+
 def view_rng(seed: int, step: int) -> random.Random:
     """An RNG that depends only on (seed, step), the same in every process and Python version."""
     digest = hashlib.sha256(f"dynalize-view:{seed}:{step}".encode()).digest()

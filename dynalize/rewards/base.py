@@ -111,7 +111,13 @@ async def score_batch(terms: list[RewardTerm], batch: Batch) -> dict[str, list[d
             if got.info is not None:
                 r.info.update(got.info[i])
             if got.unscored is not None and got.unscored[i]:
-                r.info["unscored"] = [*r.info.get("unscored", []), term.name]
+                mark_unscored(r, term.name)
     for r in rollouts:
         r.reward = sum(r.scores[t.name] for t in terms)
     return {t.name: results[t.name].events for t in terms if results[t.name].events}
+
+
+def mark_unscored(rollout: Any, term: str) -> None:
+    """Record that `term` could not score `rollout` (`info["unscored"]`: the names of such terms,
+    which the rollout's record and the loop's left-out accounting read)."""
+    rollout.info["unscored"] = [*rollout.info.get("unscored", []), term]

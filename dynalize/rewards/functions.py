@@ -17,6 +17,11 @@ a None adds nothing); a rollout every function left out (and no other term score
 so its group is left out of the update (docs/reliability.md). Each function's raw scores are
 recorded per rollout (`rewards: {name: score or null}`) and as metrics `rewards/<name>/mean` and
 `rewards/<name>/std` (over the rollouts it scored; std with Bessel's correction, as TRL).
+
+Nothing a function does can change what the run trains or records as its own: its scores are read
+strictly (dynalize/backends/scorecheck.py), a metric it logs goes under `user/` (`log_metric("step", 9)` is
+`user/step`, never the row's `step`), and a data column named like an argument TRL passes
+(`RESERVED_COLUMNS`: `completions` would replace the replies) is refused when the run starts.
 """
 
 from __future__ import annotations
@@ -24,18 +29,44 @@ from __future__ import annotations
 import inspect
 import math
 import statistics
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
 from ..hooks import user_code
-from ..types import Batch, Rollout
+from ..backends.scorecheck import MAX_SCORE, as_number, checked_scores
+from ..types import Batch, Prompt, Rollout
 from .base import RewardTerm, TermScores
 
 TRL_FIXED = ("prompt", "completion", "completion_ids")
 """Row columns TRL does not pass on as keyword arguments (the prompt and completion come as
 `prompts` and `completions`)."""
+
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                    "environments")
+"""The arguments TRL's GRPOTrainer passes to a reward function besides the row's columns. A column of
+one of these names would stand for the real argument: TRL 1.x either fails at the first reward call
+(`prompts`, `completions`: "got multiple values for keyword argument") or drops the column without a
+word (`completion_ids`, `trainer_state`, `log_extra`, `log_metric`, `environments`). dynalize refuses
+such a column in one line when the run starts (`reserved_column`): rename it in the data."""
+
+USER_METRICS = "user/"
+"""The prefix of the metrics a reward function logs with `log_metric`: they can never replace a
+field the run writes (`step`, `reward/mean`, `rewards/<name>/mean`)."""
+
+
+def reserved_column(prompts: list[Prompt]) -> str | None:
+    """One line naming the first row column (of a task's `meta["row"]`, tasks/prompts.py) that
+    collides with an argument TRL passes to reward functions, or None."""
+    for p in prompts:
+        row = p.meta.get("row") if isinstance(p.meta.get("row"), dict) else {}
+        if clash := next((c for c in row.get("columns") or {} if c in RESERVED_COLUMNS), None):
+            return (f"config error: reward_funcs: the data has a column {clash!r} (prompt {p.id!r}), the name of an "
+                    f"argument TRL passes to reward functions ({', '.join(RESERVED_COLUMNS)}): it would stand for "
+                    f"the real one; rename the column")
+    return None
 
 
 @dataclass
@@ -79,6 +110,8 @@ def trl_inputs(rollouts: list[Rollout]) -> dict[str, list[Any]]:
                                  "completion_ids": [list(r.completion_ids) for r in rollouts]}
     columns = [row.get("columns") or {} for row in rows]
     for k in dict.fromkeys(k for c in columns for k in c if k not in TRL_FIXED):
+        if k in RESERVED_COLUMNS:  # refused at the start (reserved_column); never over the real argument
+            raise ConfigError(reserved_column([Prompt(r.prompt_id, [], r.meta) for r in rollouts]) or k)
         out[k] = [c.get(k) for c in columns]
     return out
 
@@ -95,19 +128,34 @@ def _call_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, An
     return {k: v for k, v in kwargs.items() if k in named}
 
 
-def checked_scores(name: str, raw: Any, n: int, step: int) -> list[float | None]:
-    """`raw` as one finite number or None per rollout, or a ConfigError naming the function and step."""
-    where = f"reward function {name!r} at step {step}"
-    try:
-        scores = [None if s is None else float(s) for s in raw]
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where} must return a list of numbers (None where it does not apply), "
-                          f"got {type(raw).__name__}") from None
-    if len(scores) != n:
-        raise ConfigError(f"{where} returned {len(scores)} scores for {n} completions (one per completion)")
-    if bad := next((s for s in scores if s is not None and not math.isfinite(s)), None):
-        raise ConfigError(f"{where} returned {bad}, not a finite number (return None where it does not apply)")
-    return scores
+def weighted_sum(got: list[tuple[float, float]], step: int) -> float:
+    """Σ weight · score of one rollout; ConfigError when the weights carry it past ±MAX_SCORE."""
+    total = math.fsum(w * s for w, s in got) if all(abs(w * s) <= MAX_SCORE for w, s in got) else math.inf
+    if not abs(total) <= MAX_SCORE:
+        raise ConfigError(f"config error: reward_weights: the weighted sum of the reward functions' scores at step "
+                          f"{step} is beyond ±{MAX_SCORE:.0e} (weights × scores {[w * s for w, s in got]}): use "
+                          f"smaller weights")
+    return total
+
+
+class UserMetrics:
+    """What reward functions log with `log_metric` in one step: each name under `user/`, the mean
+    of the values logged (TRL averages them too); a NaN is left out (TRL's "no value this batch"),
+    anything else that is not a finite number is one line."""
+
+    def __init__(self, step: int):
+        self.step, self.values = step, defaultdict(list)
+
+    def log(self, name: Any, value: Any) -> None:
+        x = as_number(value)
+        if x is None or math.isinf(x):
+            raise ConfigError(f"log_metric({str(name)[:40]!r}, {str(value)[:40]!r}) at step {self.step}: the value "
+                              f"must be a finite number")
+        if not math.isnan(x):
+            self.values[f"{USER_METRICS}{name}"].append(x)
+
+    def means(self) -> dict[str, float]:
+        return {k: statistics.fmean(v) for k, v in self.values.items()}
 
 
 class FunctionsTerm(RewardTerm):
@@ -131,18 +179,20 @@ class FunctionsTerm(RewardTerm):
     async def score(self, batch: Batch) -> TermScores:
         rollouts = batch.rollouts
         step = batch.step + 1  # batch k is step k + 1, as every output counts
-        metrics: dict[str, float] = {}
+        user = UserMetrics(step)
         extra: dict[str, list[Any]] = {}
         base = {**trl_inputs(rollouts), "trainer_state": TrainerState(batch.step, self.steps),
                 "log_extra": lambda column, values: extra.setdefault(str(column), []).extend(values),
-                "log_metric": lambda key, value: metrics.__setitem__(str(key), float(value))}
+                "log_metric": user.log}
         per: dict[str, list[float | None]] = {}
         for f in self.functions:
-            per[f.name] = checked_scores(f.name, await self._call(f, base, step), len(rollouts), step)
+            per[f.name] = checked_scores(await self._call(f, base, step), len(rollouts),
+                                         f"reward function {f.name!r} at step {step}")
+        metrics = user.means()
         values, info, unscored = [], [], []
         for i in range(len(rollouts)):
             got = [(f.weight, per[f.name][i]) for f in self.functions if per[f.name][i] is not None]
-            values.append(math.fsum(w * s for w, s in got))
+            values.append(weighted_sum(got, step))
             unscored.append(self.alone and not got)
             info.append({"rewards": {f.name: per[f.name][i] for f in self.functions},
                          **({"reward_extra": {k: v[i] for k, v in extra.items() if i < len(v)}} if extra else {})})

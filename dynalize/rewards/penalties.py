@@ -26,19 +26,19 @@ import copy
 import math
 import time
 from collections import deque
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import anyio.abc
 import structlog
 
-from .. import grpo
 from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
-from ..penalties.views import ProposerView, ViewSample, build_view, own_reply_scores, pool_views
+from ..penalties.views import ProposerView, ViewSample, build_view, group_centred, own_reply_scores, pool_views
 from ..types import Batch, Rollout, output_step
 from .base import RewardTerm, TermScores
 
@@ -94,8 +94,8 @@ class PenaltyTerm(RewardTerm):
     async def score(self, batch: Batch) -> TermScores:
         """Apply a finished proposal, judge every reply, retire what nothing triggered. With
         `sync`, first wait for the proposal in flight."""
-        if self.cfg.sync and self.in_flight and self._done is not None:
-            await self._done.wait()
+        if self.cfg.sync:
+            await self.settle()
         self._apply_pending(batch.step)
         rollouts = batch.rollouts
         active = self.buffer.active()
@@ -143,7 +143,7 @@ class PenaltyTerm(RewardTerm):
         background on the views of the last `view_steps` batches."""
         before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
         own = [[reply_scores(r, b) for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
-        latest = build_view(batch, before, grpo.advantages(before), seed=self.seed, step=batch.step,
+        latest = build_view(batch, before, group_centred(before), seed=self.seed, step=batch.step,
                             groups=self.view_groups, per_group=self.view_per_group, reply_scores=own)
         if self._reference_batches < self.cfg.reference_steps:
             self.reference = self.reference + latest.samples
@@ -172,6 +172,12 @@ class PenaltyTerm(RewardTerm):
         self._done, self._scope = anyio.Event(), anyio.CancelScope()  # finish() may cancel it before it starts
         self._count("proposer/started")
         task_group.start_soon(self._propose, view)
+
+    async def settle(self) -> None:
+        """Wait for the proposal in flight, if any, to finish (its result queued): what `sync`
+        does before a step's score, for a checkpoint taken between steps."""
+        if self.in_flight and self._done is not None:
+            await self._done.wait()
 
     async def finish(self) -> None:
         """The run ends: wait up to `finish_timeout` seconds (default 0) for a proposal in flight
@@ -223,24 +229,44 @@ class PenaltyTerm(RewardTerm):
         limit = self.cfg.proposer.max_failed_proposals
         return limit is not None and self._proposals_failed_in_a_row >= limit
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, views_apart: bool = False) -> dict[str, Any]:
         """Buffer, running totals, the kept views, the accepted proposals not applied yet, and the
-        view of a proposal in flight (a resumed run proposes it again)."""
+        view of a proposal in flight (a resumed run proposes it again), and this step's counters not
+        reported yet (a proposal that finished after the step's metrics: the next step reports them).
+        `views_apart`: the kept
+        views are named by their steps (`recent_steps`) and the reference left out, for a caller
+        that saves each step's view once, apart (the monitor: a step's save then costs that step,
+        not the window); `load_state_dict` then takes them back through `view_of`."""
         unfinished = self._running or self._restart
-        return {"buffer": self.buffer.to_json(), "totals": dict(self.totals),
-                "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
-                "in_flight": _view_state(unfinished) if unfinished else None,
-                "recent": [_view_state(v) for v in self.recent],
-                "reference": [asdict(s) for s in self.reference], "reference_batches": self._reference_batches,
-                "evidence": self.evidence, "proposals": self.proposals}
+        state: dict[str, Any] = {
+            "buffer": self.buffer.to_json(), "totals": dict(self.totals),
+            "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
+            "in_flight": view_state(unfinished) if unfinished else None,
+            "reference_batches": self._reference_batches, "evidence": self.evidence, "proposals": self.proposals,
+            "unreported": dict(self._step)}  # counters since the last `metrics` (a proposal that finished)
+        if views_apart:
+            state["recent_steps"] = [v.step for v in self.recent]
+        else:
+            state["recent"] = [view_state(v) for v in self.recent]
+            state["reference"] = [sample_state(s) for s in self.reference]
+        return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], view_of: Callable[[int], ProposerView] | None = None,
+                        reference: list[ViewSample] | None = None) -> None:
+        """The state `state_dict` gave; with `views_apart`, `view_of(step)` gives back each kept
+        view and `reference` the reference's samples."""
         self.buffer.load_json(state["buffer"])
         self.totals = dict(state.get("totals", {}))
         self.recent.clear()
-        self.recent.extend(_view_from_state(v) for v in state.get("recent", []))
-        self.reference = [ViewSample(**s) for s in state.get("reference", [])]
+        if "recent_steps" in state:
+            assert view_of is not None, "views saved apart: load_state_dict needs view_of"
+            self.recent.extend(view_of(int(step)) for step in state["recent_steps"])
+            self.reference = list(reference or [])
+        else:
+            self.recent.extend(view_from_state(v) for v in state.get("recent", []))
+            self.reference = [ViewSample(**s) for s in state.get("reference", [])]
         self.evidence = state.get("evidence")
+        self._step = dict(state.get("unreported", {}))
         # older checkpoints: every start counted, restarts too (at worst a share spent twice)
         self.proposals = int(state.get("proposals", self.totals.get("proposer/started", 0)))
         self._reference_batches = int(state.get("reference_batches", 1 if self.reference else 0))
@@ -249,7 +275,7 @@ class PenaltyTerm(RewardTerm):
             pending = [{"step": state.get("pending_step", 0), "candidate": pending}]
         self.pending = [ProposalResult(step=int(d["step"]), accepted=Candidate.from_dict(copy.deepcopy(d["candidate"])))
                         for d in pending]
-        self._restart = _view_from_state(state["in_flight"]) if state.get("in_flight") else None
+        self._restart = view_from_state(state["in_flight"]) if state.get("in_flight") else None
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -318,11 +344,21 @@ class PenaltyTerm(RewardTerm):
         self.totals[key] = self.totals.get(key, 0.0) + n
 
 
-def _view_state(v: ProposerView) -> dict[str, Any]:
-    return {"step": v.step, "samples": [asdict(s) for s in v.samples], "proposal": v.proposal}
+def sample_state(s: ViewSample) -> dict[str, Any]:
+    """A view sample as plain data (what `ViewSample(**d)` takes back): its fields, lists copied
+    one level (a sample holds strings and numbers), without `asdict`'s deep copy."""
+    return {f: list(v) if isinstance(v := getattr(s, f), list) else v for f in SAMPLE_FIELDS}
 
 
-def _view_from_state(d: dict[str, Any]) -> ProposerView:
+SAMPLE_FIELDS = tuple(f.name for f in fields(ViewSample))
+
+
+def view_state(v: ProposerView) -> dict[str, Any]:
+    """A kept view as plain data (`view_from_state` takes it back)."""
+    return {"step": v.step, "samples": [sample_state(s) for s in v.samples], "proposal": v.proposal}
+
+
+def view_from_state(d: dict[str, Any]) -> ProposerView:
     return ProposerView(d["step"], [ViewSample(**s) for s in d["samples"]], proposal=int(d.get("proposal", 1)))
 
 

@@ -25,6 +25,7 @@ import anyio
 from rich.console import Console
 
 from ..errors import ConfigError
+from ..extras import require
 from ..hooks import optional, owner_name, user_code
 from ..tasks.base import Task, build_task
 from ..types import Message, Prompt
@@ -213,10 +214,9 @@ def train_reward_model(cfg: RMTrainConfig, console: Console | None = None) -> di
     import torch
     from accelerate import PartialState
 
-    try:
-        from datasets import Dataset
-    except ImportError:
-        raise ConfigError("training a reward model needs datasets: pip install 'dynalize[rm]'") from None
+    for module in ("trl", "datasets"):
+        require(module, "config error: training a reward model", extra="rm")
+    from datasets import Dataset
 
     from ..backends.hf import load_tokenizer
     from ..build import build_reward_trainer, model_dir

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from pydantic import Field
 
+from ..extras import optional_import
 from .base import TaskArgs
 from .hub import HUB_PREFIX, read_hub
 from .rows import DataError, Row, first_line
@@ -135,7 +136,7 @@ def _read_csv_rows(path: Path, whole_lines_only: bool) -> list[Row]:
 
 
 def _read_parquet(path: Path) -> list[Row]:
-    import pyarrow.parquet as pq
+    pq = optional_import("pyarrow.parquet", f"data error: {path}: a parquet file")
 
     try:
         records = pq.read_table(path).to_pylist()
@@ -151,7 +152,7 @@ def _sized(row: Row) -> Row:
 
 
 def _read_datasets(path: Path) -> list[Row]:
-    import datasets
+    datasets = optional_import("datasets", f"data error: {path}: a datasets folder")
 
     state = path / "state.json"
     if state.is_file() and json.loads(state.read_text(encoding="utf-8")).get("_data_files") == []:

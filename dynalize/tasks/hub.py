@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..extras import optional_import
 from .rows import DataError, Row, first_line
 
 HUB_PREFIX = "hub:"
@@ -70,7 +71,7 @@ def read_hub(spec: str) -> list[Row]:
     Hub cannot be reached (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE, no network: `hub_unreachable`),
     from the dataset repository in the local Hub cache (`huggingface-cli download --repo-type
     dataset ORG/NAME`). Never a local folder: `datasets` would load one of the id's name first."""
-    import datasets
+    datasets = optional_import("datasets", f"data error: {spec}: a Hub dataset")
 
     hub = HubId.parse(spec)
     if Path(hub.name).exists():
@@ -98,7 +99,7 @@ def read_hub(spec: str) -> list[Row]:
 
 
 def _load_snapshot(spec: str, hub: HubId, folder: str) -> Any:
-    import datasets
+    datasets = optional_import("datasets", f"data error: {spec}: a Hub dataset")
 
     try:
         return datasets.load_dataset(folder, hub.config, split=hub.split)

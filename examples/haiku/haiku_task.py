@@ -1,4 +1,4 @@
-"""Haiku: a new domain for dynalize, written outside the package (see "Add a domain" in README.md)."""
+"""Haiku: a new domain for dynalize, written outside the package (see docs/add_a_domain.md)."""
 
 import re
 import statistics

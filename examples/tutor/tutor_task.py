@@ -1,4 +1,4 @@
-"""Tutor: a multi-turn domain for dynalize, written outside the package (see "Add a domain" in README.md)."""
+"""Tutor: a multi-turn domain for dynalize, written outside the package (see docs/add_a_domain.md)."""
 
 import statistics
 
