@@ -67,16 +67,18 @@ def test_a_planted_word_is_found_at_a_4_by_8_batch():
 
 
 def test_a_hack_that_saturated_in_two_steps_is_found_across_steps():
-    # the reference (first batch): the word in 10 % of replies, paid there; two steps later every
-    # reply shows it, so no group contrasts it any more, and the reward has risen with it
-    reference = view(4, 8, 0, pay=2.0, rate=0.1, step=0)
+    # the reference (first batch): the word in a third of the replies, paid there; two steps later
+    # every reply shows it, so no group of the view contrasts it any more, and the reward has risen
+    # with it. Compared within steps (issue 55), the evidence is the reference's contrast: with the
+    # word in 10 % of its replies (3 of 32) there is too little of it
+    reference = view(4, 8, 0, pay=2.0, rate=0.35, step=0)
     now = view(4, 8, 1, pay=2.0, rate=1.0, group_base=10) + view(4, 8, 2, pay=2.0, rate=1.0, group_base=20)
     c, result = propose(now, reference)
     assert c is not None and PLANTED in c.title, result
     assert "rose from the run's first batches" in c.description
     # the same rise with a reward that did not rise with it: nothing
     flat = view(4, 8, 1, rate=1.0, group_base=10) + view(4, 8, 2, rate=1.0, group_base=20)
-    assert propose(flat, view(4, 8, 0, rate=0.1, step=0))[0] is None
+    assert propose(flat, view(4, 8, 0, rate=0.35, step=0))[0] is None
 
 
 def test_tied_rewards_give_insufficient_evidence_not_all_clear():
@@ -138,7 +140,7 @@ def test_a_run_of_many_honest_proposals_raises_a_false_penalty_at_most_fdr_of_th
         false += any(proposer.best(ProposerView(5 * k, view(4, 8, 1000 * run + k, step=5 * k), proposal=k),
                                    ProposalResult(step=5 * k)) is not None for k in range(1, 11))
     assert false <= 4, false
-    per_proposal = LexicalProposer(LexicalConfig(fdr_scope="proposal"))
+    per_proposal = LexicalProposer(LexicalConfig(fwer_scope="proposal"))
     false = sum(any(per_proposal.best(ProposerView(5 * k, view(4, 8, 1000 * run + k, step=5 * k)),
                                       ProposalResult(step=5 * k)) is not None for k in range(1, 11))
                 for run in range(40))

@@ -190,15 +190,19 @@ def test_the_worked_example_monitors_an_rm_only_run_as_dynalize_would(tmp_path):
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     out = tmp_path / "ex"
-    # a fifth of the example's steps at half its batch: with the error rate spent over the run and no
-    # length limit below the untrained median (the defaults), 20 such steps find nothing, so this small
-    # size holds the rate per proposal and tests every limit (what the sandbox configs did before)
-    assert example.main(["--steps", "20", "--out", str(out), "--set", "batch_size=64", "--set", "torch_threads=1",
+    # 30 of the example's 100 steps at half its batch: with the error rate spent over the run and no
+    # length limit below the untrained median (the defaults), such steps find nothing, so this small
+    # size holds the rate per proposal and tests every limit (what the sandbox configs did before).
+    # The length limits are tested net of the prompt's words a reply uses (issue 55): the planted
+    # length pay (past 40 words) is too weak to show here, and "longer than 25 words", which the plain
+    # reward paid for its topic words, is no longer proposed; the planted closing question is found at
+    # step 20 (the monitor) and 26 (the Dynalize arm), so both need the steps after it
+    assert example.main(["--steps", "30", "--out", str(out), "--set", "batch_size=64", "--set", "torch_threads=1",
                          "--set", "penalties.view_per_group=8",
-                         "--set", "penalties.proposer.lexical.fdr_scope=proposal",
+                         "--set", "penalties.proposer.lexical.fwer_scope=proposal",
                          "--set", "penalties.proposer.lexical.length_floor=null"]) == 0
     rows = read_jsonl(out / "rm_only_rollouts.jsonl")
-    assert len(rows) == 20 * 64 and set(rows[0]) == {"step", "group", "prompt", "completion", "reward"}
+    assert len(rows) == 30 * 64 and set(rows[0]) == {"step", "group", "prompt", "completion", "reward"}
     summary = json.loads((out / "monitor" / "summary.json").read_text())
     assert summary["patterns"], "the monitor found nothing in a run whose RM pays for planted features"
     audit = json.loads((out / "audit" / "audit_monitor_all.json").read_text())

@@ -74,7 +74,8 @@ def template_view(seed: int, groups: int = 48, per_group: int = 8, hack_pay: flo
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_template_that_carries_the_prompts_words_is_not_proposed_for_what_they_earn(seed):
     v = template_view(seed)
-    plain = LexicalProposer(LexicalConfig(relevance_adjusted=False, detectors=[], length=False)).best(v)
+    plain = LexicalProposer(LexicalConfig(relevance_adjusted=False, length_adjusted=False, detectors=[],
+                                          length=False)).best(v)
     assert plain is not None and ("make it" in plain.title or "feel" in plain.title)  # what the plain test takes
     assert LexicalProposer(LexicalConfig(detectors=[], length=False)).best(v) is None
 

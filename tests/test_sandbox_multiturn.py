@@ -164,7 +164,7 @@ def test_a_multi_turn_dynalize_run_scores_every_reply_and_counts_a_penalty_once(
         f"output_dir={tmp_path}", "name=mt", "steps=6", "batch_size=32", "group_size=8", "eval_every=3",
         "eval_samples=1", "progress=false", "policy.path=tiny:sandbox-policy", "generator.max_new_tokens=24",
         "penalties.every=2", "penalties.view_steps=2", "penalties.proposer.lexical.min_effect=0",
-        "penalties.proposer.lexical.fdr=0.5", "penalties.proposer.lexical.drift_p_value=null",
+        "penalties.proposer.lexical.fwer=0.5", "penalties.proposer.lexical.drift_p_value=null",
     ])
     anyio.run(train, cfg, False)
     run = tmp_path / "mt"

@@ -15,17 +15,30 @@ from ..runlog import read_jsonl
 LIVE_EXIT = 10
 """Exit status of `python -m dynalize.monitor` when a discovered pattern is live at the last step."""
 INSUFFICIENT_EXIT = 11
-"""Exit status when no discovered pattern is live but the latest proposal could not have seen a hack
-of the configured size (too few groups or rollouts, rewards tied within groups), or none ran yet:
-no evidence, which is not "all clear"."""
+"""Exit status when no discovered pattern is live but most of the latest proposals (`RECENT`) could
+not have seen a hack of the configured size (too few groups or rollouts, rewards tied within
+groups), or none ran yet: no evidence, which is not "all clear"."""
+
+
+RECENT = 3
+"""The evidence of a run is that of its latest proposals, this many: insufficient when most of them
+were (one proposal's power, which moves with its batch, does not flip the verdict)."""
 
 
 def last_evidence(out: Path) -> dict[str, Any] | None:
-    """The latest proposal's evidence (replay.EVIDENCE), or None when no proposal ran; insufficient
-    too when the logs begin after the run's first step (`late_start`)."""
+    """The run's evidence (replay.EVIDENCE) over its `RECENT` latest proposals, or None when no
+    proposal ran: the latest proposal's of the state most of them had (`recent` says how many were
+    insufficient); insufficient too when the logs begin after the run's first step (`late_start`)."""
     path = out / "evidence.jsonl"
     rows = read_jsonl(path) if path.exists() else []
-    return late_start(rows[-1], first_step(out)) if rows else None
+    if not rows:
+        return None
+    recent = rows[-RECENT:]
+    weak = [r for r in recent if r.get("state") == "insufficient"]
+    state = "insufficient" if 2 * len(weak) > len(recent) else "sufficient"
+    latest = next(r for r in reversed(recent) if (r.get("state") == "insufficient") == (state == "insufficient"))
+    evidence = {**latest, "recent": f"{len(weak)} of the latest {len(recent)} proposal(s) insufficient"}
+    return late_start(evidence, first_step(out))
 
 
 def first_step(out: Path) -> int | None:
@@ -130,9 +143,10 @@ def verdict(last_step: int | None, found: list[Pattern], evidence: dict[str, Any
         if evidence is None:
             return f"insufficient evidence at step {last_step}: no proposal has run yet{retired}"
         if insufficient(evidence):
+            recent = f"; {evidence['recent']}" if evidence.get("recent") else ""
             return (f"insufficient evidence at step {last_step}: the proposal at step {evidence.get('step')} "
-                    f"could not have seen a hack ({evidence.get('reason') or 'no reason given'}); no pattern "
-                    f"is live, which is no evidence that none is paid for{retired}")
+                    f"could not have seen a hack ({evidence.get('reason') or 'no reason given'}{recent}); no "
+                    f"pattern is live, which is no evidence that none is paid for{retired}")
         size = evidence.get("detectable")
         could = f" (it could see effects of {size:.2f} reward stds and more)" if isinstance(size, int | float) else ""
         return f"no discovered pattern is live at step {last_step}{retired}; latest proposal at step {evidence.get('step')}{could}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -14,36 +15,54 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+RENAMED = {"fdr": "fwer", "fdr_scope": "fwer_scope"}
+"""LexicalConfig's deprecated setting names and what they are read as."""
+
+
 class LexicalConfig(_Section):
     """The LLM-free proposer: its error rate, and what is worth penalising (docs/penalties.md)."""
 
     min_groups: int = Field(2, ge=1)
     """A pattern is tested only when replies of at least this many prompt groups show it."""
-    fdr: float = Field(0.05, gt=0, lt=1)
-    """The error rate of the run's decisions: every candidate of a proposal (words, phrases,
-    openers, closers, detectors, length limits) is tested against the rewards permuted within
-    groups, and the chance of any false discovery among all of them is bounded (a step-down
-    max-statistic bound, which bounds the false-discovery rate too; penalties.discovery). With
-    `fdr_scope: run` (the default) the run spends this over its proposals, fdr / (k (k + 1)) for
-    the k-th, so the chance that a run raises any false penalty at all is at most this, however
-    many proposals it makes. The one knob of the evidence: what sample size, group count,
-    candidate frequency and the number of candidates do to the evidence is accounted for by the
-    permutations."""
-    fdr_scope: Literal["run", "proposal"] = "run"
-    """What `fdr` bounds: `run` (any false discovery over the whole run: later proposals decide at
-    smaller levels and need stronger evidence) or `proposal` (each proposal at `fdr`: a run of K
+    fwer: float = Field(0.05, gt=0, lt=1)
+    """The family-wise error rate of the run's decisions (formerly `fdr`, still read with a warning).
+    What is bounded: the chance that the run adds or revives any penalty for a pattern the reward
+    does not pay for beyond the legitimate covariates, under the null that, within each group
+    (within each step, across steps), the reward net of them (the prompt's vocabulary a reply uses;
+    a smooth curve in length with `length_adjusted`; for length limits a concave curve with
+    `length_null: concave`; penalties.covariates) is
+    exchangeable between the replies that show a pattern and those that do not. Every candidate of
+    a proposal (words, phrases, openers, closers, detectors, length limits, retired penalties'
+    patterns) is tested against those rewards permuted within groups by step-down max-statistic
+    tests, families sharing the proposal's level (penalties.discovery); with `fwer_scope: run` (the
+    default) the run spends `fwer` over its proposals, fwer / (k (k + 1)) for the k-th, so the
+    bound holds however many proposals it makes. The rules that follow a test (`min_effect`,
+    coverage, explained-away, `drift_p_value`, `SATURATED`, `PAID_Z`, the length limit's place)
+    can only remove candidates, so they keep it. Not covered: a reward that pays for the
+    covariates in a shape the fits do not hold (with the defaults, any pay for length: length
+    limits and wording are then tested on the reward net of relevance alone, and a pay for not
+    being short is kept out of length limits only by the location rules; relevance beyond a
+    linear count), the tail fit of a late proposal (permutation.MaxTail, an approximation where
+    the permutations cannot count), and patterns an LLM proposer raises. What the permutations
+    account for: sample size, group count, candidate frequency and the number of candidates."""
+    fwer_scope: Literal["run", "proposal"] = "run"
+    """What `fwer` bounds: `run` (any false penalty over the whole run: later proposals decide at
+    smaller levels and need stronger evidence) or `proposal` (each proposal at `fwer`: a run of K
     proposals may raise a false penalty up to K times as often; what the learned-RM sandbox
-    config keeps). On the discovery benchmark (benchmarks/discovery.py, the 48 runs of
-    2026-12-02, the code of that day), per proposal and without `length_floor`: 0.29 false
-    patterns a planted run (precision 0.78), 38 of 42 planted shortcuts found; `run` with the
-    floor: 0.17 (precision 0.85), 37 of 42; 1 of 6 control runs alarmed with either."""
+    config keeps). Formerly `fdr_scope`, still read with a warning. On the discovery benchmark
+    (benchmarks/discovery.py, the 48 runs of 2026-12-02, the code of that day), per proposal and
+    without `length_floor`: 0.29 false patterns a planted run (precision 0.78), 38 of 42 planted
+    shortcuts found; `run` with the floor: 0.17 (precision 0.85), 37 of 42; 1 of 6 control runs
+    alarmed with either."""
     permutations: int = Field(500, ge=20)
     """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
     detectable_effect: float = Field(1.0, gt=0)
     """The hack size (within-group reward stds, of a pattern in half the replies) a proposal must be
     able to detect with about 80 % power for its silence to count as evidence; below that power
     (too few groups or rollouts, rewards tied within groups) the proposal reports `insufficient`
-    evidence (ProposalResult.evidence), and the monitor and the run summary say so."""
+    evidence (ProposalResult.evidence), and the monitor and the run summary say so. What it can
+    detect is what the whole rule can propose: a pattern that passes the test and whose estimated
+    effect reaches `min_effect` (so never below `min_effect` plus its sampling margin)."""
     coverage: float = Field(0.5, gt=0, le=1)
     """A pattern counts as covered by an active penalty when its regex matches this share of its replies."""
     length: bool = True
@@ -64,7 +83,7 @@ class LexicalConfig(_Section):
     the reward only pays for not being short, evidence.content_only), `largest` (the strictest
     limit that still passes: with a test as sensitive as the permutation test, often far above
     where the reward starts to pay) or `onset` (the passing limit nearest where the reward starts
-    to pay more for each extra word, decided at `fdr` against permuted rewards; where the pay peaks
+    to pay more for each extra word, decided at 0.05 against permuted rewards (a location: it only ever removes or places a limit that passed at `fwer`); where the pay peaks
     and falls back, a step's bar, the limit to the word whose "longer than L" the reward pays most
     there (penalties.discovery.sharpest); no length penalty while it does not: it needs replies on
     both sides of each limit, and misses a bar the policy's lengths jump over). `onset` is the
@@ -72,6 +91,18 @@ class LexicalConfig(_Section):
     steps and 5 of 5 ramps the logs could show, with one false length limit in 48 runs (beside a
     closer hack); before a step's bar was refined, 2 of 6 steps ("longer than 25/30" for bars at
     34/36). `strongest` proposed length limits on a control run and beside word shortcuts."""
+    length_null: Literal["concave", "plain"] = "plain"
+    """What "longer than L words" is tested against. `plain` (the default): the reward net of
+    relevance alone (the location rules below, `length_floor`, `length_threshold`, keep the pay for
+    not being short out). `concave` (issue 55, opt-in): net of a concave curve in length and of
+    relevance (penalties.covariates: a pay for not being short that saturates, or turns down, is
+    legitimate; a step or a ramp past L bends it upwards), with each limit's local jump; the limit
+    is then placed on the pay net of relevance. Measured on the synthetic suite (benchmarks of
+    branch iworlds, seed 0): `concave` removed "longer than 10 words" (length pay, 16 x 8) and
+    "longer than 20 words" (honest length pay, 2 x 16), but missed the planted length steps at
+    32 x 4 and 8 x 8 with exit 0, which `plain` finds (delay 4 at 8 x 8); views whose lengths fall
+    in two clusters give it nothing to tell a step from a straight line. Not the default until it
+    keeps that recall."""
     length_floor: float | None = Field(0.5, ge=0, le=1)
     """A length limit is tested only at or above this quantile of the reference replies' lengths (the
     run's first `reference_steps` batches; none without a reference): "longer than L" for an L most
@@ -90,8 +121,9 @@ class LexicalConfig(_Section):
     them (the template "make it feel", "remember" beside a loop of repeated sentences) by 0.4-0.9,
     passing the across-steps test's within-group statistic (`PAID_Z`) only by its many contrasts."""
     weak_p_value: float = Field(0.05, gt=0, le=1)
-    """Weak evidence (Fisher p): revives a retired penalty whose pattern comes back, and keeps a
-    pattern that an active penalty travelling with it does not explain away (shared, Bonferroni,
+    """Weak evidence (Fisher p): keeps a pattern that passed the test and that an active penalty
+    travelling with it does not explain away (a rule that can only remove candidates; a retired
+    penalty is revived by the permutation test of its own family, penalties.discovery) (shared, Bonferroni,
     over the sides of the penalty it looks at: with `explain_within`, the replies the penalty does
     not match and those it matches once, twice, three times or more)."""
     explain_lift: float = Field(1.0, ge=0)
@@ -108,27 +140,34 @@ class LexicalConfig(_Section):
     """If set, a new pattern must be more prevalent than in the run's first batch (one-sided Fisher
     p at most this): training amplifies a hack. None: no such check."""
     length_adjusted: bool = False
-    """The effect test (`min_effect`, also in weak evidence) compares replies of equal length: the
-    within-group RM difference with and without a wording pattern net of what word count (all of
-    a rollout's replies) explains, a least-squares fit within groups. Wording that only comes with
-    longer replies is then not rewarded in itself; "longer than L words" keeps the plain test."""
+    """Wording and detectors are tested at equal length: the reward net of a smooth curve in word
+    count (all of a rollout's replies; a spline fitted within groups, penalties.covariates), in
+    the permutation tests, and net of word count in the effect test (`min_effect`, weak
+    evidence). A reward model pays for length on a curve of its own (more for not being short,
+    saturating); wording that only comes with longer replies is then not paid in itself. Length
+    limits are tested as `length_null` says, whatever this says. False
+    (the default): wording and detectors on the reward net of relevance alone. Off by default
+    though a saturating pay for length lets a word carried by length through (1 of 3 views of
+    tests/test_legitimate_pay.py at scale 10): on, a hack whose pay grows with what it adds to
+    a reply (a sentence written twice, a paid word inside a phrase) is absorbed by the length
+    curve, and 6 tests of tests/test_lexical.py lose their hack (issue 55, left open)."""
     relevance_adjusted: bool = True
     """Wording (n-grams, openers, closers) is tested at equal relevance: the reward net of what the
     number of its prompt's vocabulary words a reply uses explains (penalties.relevance: the words
     the replies to that prompt use far more than other prompts' replies; a least-squares fit within
     groups, beside word count when `length_adjusted`), in the permutation tests of both families
-    and in the effect tests (`min_effect`, weak evidence).
+    and in the effect tests (`min_effect`, weak evidence); length limits too in the permutation
+    tests (issue 55). Detectors keep the plain reward (`off_topic` is relevance itself).
     A reward model pays for taking the prompt up; a template sentence that carries the topic's
     words ("The umbrellas and the rain make it feel busy.") is then not paid for itself, while a
-    hack's wording, written whatever the prompt, keeps its pay. Length limits and detectors keep
-    the plain reward. False: the plain reward for every pattern. On the discovery benchmark
+    hack's wording, written whatever the prompt, keeps its pay. False: the plain reward for every pattern. On the discovery benchmark
     (benchmarks/discovery.py, the 48 runs of 2026-12-02, the code of that day): precision 0.85
     and 0.17 false patterns a planted run, 37 of 42 planted shortcuts found; 0.80, 0.24 and 36 of
     42 with False."""
     detectors: list[str] = ["repetition"]
     """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
     `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the
-    same tests as a word (the permutation test at `fdr`, `min_effect`, coverage, explained-away,
+    same tests as a word (the permutation test at `fwer`, `min_effect`, coverage, explained-away,
     `drift_p_value`, revival) and becomes a penalty naming its detector, which every judge
     decides locally (an LLM judge never sees it). `off_topic` reads the conversation each reply
     answers (`penalties.judge.context` must stay true; the build refuses it otherwise). The default,
@@ -149,6 +188,21 @@ class LexicalConfig(_Section):
     pays where the phrase is absent. The wording of a hack (a question's "what do you think") then
     waits for the hack itself, and a phrase is not proposed for what its word is paid (False:
     active penalties only)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        """`fdr` and `fdr_scope` (the names before issue 55: the level is family-wise) still work,
+        with a one-line warning."""
+        if isinstance(data, dict):
+            for old, new in RENAMED.items():
+                if old in data:
+                    if new in data:
+                        raise ValueError(f"penalties.proposer.lexical: both {old} (deprecated) and {new} are set")
+                    warnings.warn(f"penalties.proposer.lexical.{old} is deprecated: it is read as {new} "
+                                  "(a family-wise error rate)", FutureWarning, stacklevel=2)
+                    data = {**{k: v for k, v in data.items() if k != old}, new: data[old]}
+        return data
 
 
 class ProposerConfig(_Section):

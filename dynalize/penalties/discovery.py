@@ -1,22 +1,27 @@
 """Which candidate patterns of a proposal the reward pays for, at a stated error rate, and what a
 proposal that finds none is worth.
 
-Every candidate (word n-gram, opener, closer, named detector, "longer than L words") shown in at
-least `min_groups` groups is tested in one of two families, both decided by step-down
-max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fdr` between them:
+Every candidate (word n-gram, opener, closer, named detector, "longer than L words", a retired
+penalty's pattern) shown in at least `min_groups` groups is tested on the reward net of what a
+reward may legitimately pay for (penalties.covariates: the prompt's vocabulary a reply uses; a
+smooth curve in length for wording with `length_adjusted`; a concave one for length limits), by
+step-down max-statistic permutation tests (penalties.permutation) at `LexicalConfig.fwer`:
 
-- within groups: the reward with vs without it inside each group of the view (at equal length for
-  wording when `length_adjusted`), against the rewards permuted within groups;
+- within groups: the reward with vs without it inside each group of the view, against the
+  residual rewards permuted within groups; wording and detectors, length limits (with their
+  local jumps, `LENGTH_SHARE` of the level) and retired patterns (`REVIVAL_SHARE`) are three
+  families sharing the level (Bonferroni);
 - across steps (when the view has a reference, the run's first batches): a pattern most of the
   view's replies show (`SATURATED`), far more than the reference did, whose carriers the reward
-  pays more across the pooled reference and view than the rest, against the rewards permuted over
-  the pool; and that the reward pays within groups wherever a group still contrasts it, by a
-  statistic of `PAID_Z` and an effect of `min_effect` (as the within family's `min_effect`). A
-  hack that saturated between two proposals leaves no contrast within groups, only this one.
+  pays more than the non-carriers of the same step, against the rewards permuted within steps (a
+  pattern no step contrasts is not identifiable); and that the reward pays within groups wherever
+  a group still contrasts it, by a statistic of `PAID_Z` and an effect of `min_effect`. A hack that
+  saturated between two proposals leaves no contrast within the view's groups, only this one.
 
-Each proposal decides at its share of the run's error rate (`level`: fdr / (k (k + 1)) for the
-k-th, `fdr_scope: run`); without a reference all of it goes to the within-group family, with one
-half to each.
+Each proposal decides at its share of the run's error rate (`level`: fwer / (k (k + 1)) for the
+k-th, `fwer_scope: run`); without a reference all of it goes to the within-group families, with one
+half to each side. Every rule after a test (`SATURATED`, `PAID_Z`, `min_effect`, `length_choice`)
+can only remove a candidate or place a limit that passed.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import sparse
 
 from .config import LexicalConfig
+from .covariates import local_jumps, net_of_concave, net_of_smooth
 from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
@@ -38,6 +45,36 @@ from .views import ViewSample, prompt_group
 SATURATED = 0.8
 """The across-steps test looks at patterns at least this share of the view's replies show: a hack
 that has taken over (below it, groups still contrast the pattern and the within-group test sees it)."""
+
+LENGTH_SHARE = 0.25
+"""The share of a proposal's within-group level the length family (its limits and their local
+jumps) decides at; wording and detectors decide at the rest (Bonferroni between the families)."""
+
+REVIVAL_SHARE = 0.1
+"""The share the retired penalties' patterns decide at, when there are any: a family of a few
+candidates, whose critical value is far below that of thousands of n-grams, so a pattern that
+comes back is revived on weaker evidence, inside the run's error rate."""
+
+
+def _shares(wording: bool, length: bool, retired: bool) -> tuple[float, float, float]:
+    """The level's shares of the (wording, length, retired) families present: `LENGTH_SHARE` and
+    `REVIVAL_SHARE` where they are, wording the rest; a family alone takes all of it."""
+    length_share = LENGTH_SHARE * length
+    retired_share = REVIVAL_SHARE * retired
+    if not wording:
+        total = length_share + retired_share
+        return (0.0, length_share / total, retired_share / total) if total else (1.0, 0.0, 0.0)
+    return (1.0 - length_share - retired_share, length_share, retired_share)
+
+JUMP_WINDOWS = (4, 10)
+"""Words on each side of a limit whose local jump the length family tests (penalties.covariates):
+a narrow window sees a step the concave curve rounds into a peak beside it (an honest pay that
+falls past 35 words, a bar at 36), a wide one a step or ramp on a flat pay with more replies."""
+
+LOCATION_LEVEL = 0.05
+"""The level of the onset and step-bar statistics that place a length limit (`length_choice`): a
+location among limits that already passed at the proposal's level, never a decision to add one
+(they can only drop a limit or move it within half a window of a step's bar)."""
 
 PAID_Z = 1.645
 """A pattern found across steps must also be paid within groups wherever they still contrast it
@@ -56,7 +93,13 @@ class Evidence:
     reason: str = ""
     detectable: float = math.inf
     """The smallest effect (within-group reward stds) of a pattern in half the replies that the
-    within-group test would find with about 80 % power (permutation.detectable_effect)."""
+    proposal would propose with about 80 % power: one the within-group test finds
+    (permutation.detectable_effect) and whose estimated effect reaches `min_effect` (min_effect
+    plus its sampling margin)."""
+    unidentifiable: list[str] = field(default_factory=list)
+    """Patterns that took over the view and rose with the reward but that no step contrasts (in
+    none of them do some replies show it and others not): across steps they cannot be told apart
+    from a reward that rose over training for other reasons, so nothing is decided on them."""
 
 
 @dataclass
@@ -69,6 +112,8 @@ class Trial:
     shows: Callable[[ViewSample], bool]
     now: list[int]
     then: list[int]
+    retired: bool = False
+    """A retired penalty's pattern, tested for its revival in a family of its own (`REVIVAL_SHARE`)."""
 
 
 @dataclass
@@ -94,8 +139,8 @@ def _seed(step: int, what: str) -> int:
 
 
 def level(cfg: LexicalConfig, proposal: int) -> float:
-    """The error rate the run's `proposal`-th proposal decides at (`cfg.fdr_scope`)."""
-    return proposal_level(cfg.fdr, proposal) if cfg.fdr_scope == "run" else cfg.fdr
+    """The error rate the run's `proposal`-th proposal decides at (`cfg.fwer_scope`)."""
+    return proposal_level(cfg.fwer, proposal) if cfg.fwer_scope == "run" else cfg.fwer
 
 
 def decide(candidates: list[Trial], samples: list[ViewSample],
@@ -104,9 +149,10 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     """The candidates that pass (strongest first), and the evidence the proposal had: the run's
     `proposal`-th, at its share of the run's error rate (`level`).
 
-    Length candidates (kind `length`) are tested on the plain reward, the others at equal length
-    when `cfg.length_adjusted`; wording (n-grams, openers, closers) also at equal `relevance` when
-    it is given (each sample's count of its prompt's vocabulary words: penalties.relevance)."""
+    Every candidate but a detector (`off_topic` is relevance itself) is tested at equal
+    `relevance` when it is given (each sample's count of its prompt's vocabulary words:
+    penalties.relevance); length limits net of a concave curve in
+    length, the others net of a smooth one when `cfg.length_adjusted` (penalties.covariates)."""
     alpha = level(cfg, proposal) / (2 if reference else 1)
     groups = group_index([s.group for s in samples])
     y = np.array([s.score for s in samples], dtype=float)
@@ -119,26 +165,67 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
             rows.append(c.now)
             keep.append(c)
     perms = within_permutations(groups, cfg.permutations, _seed(step, "within"))
+    retired = np.array([c.retired for c in keep], dtype=bool)
     is_length = np.array([c.feature.kind == "length" for c in keep], dtype=bool)
     x = indicator(rows, len(samples))
     # one null for every score: the same permutations, the max over every candidate
     z, null = np.full(len(keep), np.nan), np.full((len(keep), cfg.permutations), np.nan)
-    plain = is_length | _collinear(x, sizes, groups) if cfg.length_adjusted else np.ones(len(keep), dtype=bool)
-    wording = _wording(keep) & (topical is not None)
-    for at_length in (False, True):  # each candidate's reward: net of length (~plain), of relevance (wording)
-        for at_relevance in (False, True):
-            mask = (plain != at_length) & (wording == at_relevance)
-            if mask.any():
-                net_of = [sizes] * at_length + [topical] * at_relevance
-                scores = residuals(y, np.column_stack(net_of), groups) if net_of else y
-                z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], scores, groups, perms)
-    within = step_down(z, null, alpha)
+    # each candidate's reward net of the legitimate covariates (penalties.covariates): relevance for
+    # all but detectors; a length limit net of a concave curve in length, the rest net of a smooth one (when
+    # `length_adjusted`; a candidate length alone tells apart keeps length in its pay)
+    others = [] if topical is None else [topical]
+    smooth = ~is_length & ~_collinear(x, sizes, groups) if cfg.length_adjusted else np.zeros(len(keep), dtype=bool)
+    concave = cfg.length_null == "concave"
+    held = ~np.array([c.feature.kind == "detector" for c in keep], dtype=bool)  # `off_topic` is relevance itself
+    nulls = ((is_length, lambda: net_of_concave(y, groups, sizes, others) if concave
+              else net_of_smooth(y, groups, None, others)),
+             (smooth & held, lambda: net_of_smooth(y, groups, sizes, others)),
+             (smooth & ~held, lambda: net_of_smooth(y, groups, sizes, [])),
+             (~is_length & ~smooth & held, lambda: net_of_smooth(y, groups, None, others)),
+             (~is_length & ~smooth & ~held, lambda: net_of_smooth(y, groups, None, [])))
+    for mask, fit in nulls:
+        if mask.any():
+            z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], fit(), groups, perms)
+    # beside each "longer than L", its local jump net of the concave curve (a step's sharpest trace)
+    bars = [length_limit(c.feature.regex) or 0 for c in keep if c.feature.kind == "length" and not c.retired] \
+        if concave else []
+    jumps = sparse.vstack([local_jumps(sizes, bars, window) for window in JUMP_WINDOWS]).tocsr()
+    jz, jnull = standardised(jumps, net_of_concave(y, groups, sizes, others), groups, perms) if bars \
+        else (np.zeros(0), np.zeros((0, cfg.permutations)))
+    # three families, each at its share of the level (Bonferroni between them): wording and
+    # detectors; length (every "longer than L" and its local jump), so thousands of n-grams do not
+    # drown the few limits; retired penalties' patterns (their revival)
+    fresh_length = is_length & ~retired
+    shares = _shares(bool((~is_length & ~retired).any()), bool(fresh_length.any()), bool(retired.any()))
+    wording = np.flatnonzero(~is_length & ~retired)
+    within = step_down(z[wording], null[wording], alpha * shares[0])
+    ok = np.zeros(len(keep), dtype=bool)
+    ok[wording] = within.passes(alpha * shares[0])
+    length_pays = False
+    if fresh_length.any():
+        length = step_down(np.concatenate([z[fresh_length], jz]), np.vstack([null[fresh_length], jnull]),
+                           alpha * shares[1])
+        length_pays = bool(length.passes(alpha * shares[1]).any())
+        if not concave:  # `length_null: plain`: each limit decided on the pay net of relevance alone
+            ok[fresh_length] = length.passes(alpha * shares[1])
+        within = within if len(wording) else length
+    if retired.any():
+        back = np.flatnonzero(retired)
+        ok[back] = step_down(z[back], null[back], alpha * shares[2]).passes(alpha * shares[2])
     evidence = _evidence(y, groups, prompts, within.critical, cfg)
-    ok = within.passes(alpha)
+    if length_pays and concave:
+        # the decision: the reward pays past some limit beyond any concave curve in length. Where
+        # to draw the limit is then read off the pay for length net of relevance alone (a concave
+        # fit bends towards a ramp and moves its residual pay to the longest replies): the limits
+        # that pass there, at the same level, go on to `length_choice` (a location, not a decision)
+        lengths = np.flatnonzero(fresh_length)
+        z[lengths], null[lengths] = standardised(x[lengths], net_of_smooth(y, groups, None, others), groups, perms)
+        ok[lengths] = step_down(z[lengths], null[lengths], alpha * shares[1]).passes(alpha * shares[1])
     passed = [Tested(c.key, c.feature, c.shows, float(z[i]), "within") for i, c in enumerate(keep) if ok[i]]
     if reference:
         done = {t.key for t in passed}
-        passed += [t for t in _across(keep, samples, reference, cfg, step, alpha, relevance) if t.key not in done]
+        found, evidence.unidentifiable = _across(keep, samples, reference, size_of, cfg, step, alpha, relevance)
+        passed += [t for t in found if t.key not in done]
     passed.sort(key=lambda t: -t.z)
     return passed, evidence
 
@@ -162,7 +249,10 @@ def _evidence(y: np.ndarray, groups: np.ndarray, prompts: np.ndarray, critical: 
               cfg: LexicalConfig) -> Evidence:
     yc_sq = np.bincount(groups, (y - (np.bincount(groups, y) / np.bincount(groups))[groups]) ** 2)
     contrasted = {int(prompts[i]) for i in range(len(y)) if yc_sq[groups[i]] > 1e-12}
-    mde = detectable_effect(y, groups, critical)
+    # what the whole rule can propose: passing the test, and an estimated effect of `min_effect`
+    # (with 80 % power: min_effect plus 0.84 of the estimate's standard error)
+    mde = max(detectable_effect(y, groups, critical),
+              cfg.min_effect + detectable_effect(y, groups, 0.0, power_z=0.84))
     if len(contrasted) < max(cfg.min_groups, 2):
         return Evidence("insufficient", f"{len(contrasted)} group(s) with a reward contrast (rewards tied "
                         f"within the others): at least {max(cfg.min_groups, 2)} are needed", mde)
@@ -173,28 +263,35 @@ def _evidence(y: np.ndarray, groups: np.ndarray, prompts: np.ndarray, critical: 
     return Evidence("sufficient", "", mde)
 
 
-def _across(keep: list[Trial],
-            samples: list[ViewSample], reference: list[ViewSample], cfg: LexicalConfig, step: int,
-            alpha: float, relevance: dict[str, int] | None = None) -> list[Tested]:
-    """The saturated patterns that rose from the reference with the reward (module docstring);
-    wording net of `relevance` where every sample of the pool has it (as within groups)."""
-    pool = reference + samples
+def _across(keep: list[Trial], samples: list[ViewSample], reference: list[ViewSample], size_of: dict[str, int],
+            cfg: LexicalConfig, step: int, alpha: float,
+            relevance: dict[str, int] | None = None) -> tuple[list[Tested], list[str]]:
+    """The saturated patterns that rose from the reference with the reward (module docstring), and
+    the keys of those no step contrasts (not identifiable: a reward that rose over training for
+    any reason looks the same). The reference's batches count once (the first proposal's view holds
+    them too); each step's samples are compared with each other, the rewards net of the legitimate
+    covariates (as within groups, fitted within steps) permuted within steps."""
+    ref_batches = {s.batch for s in reference if s.batch is not None}
+    later = [j for j, s in enumerate(samples) if s.batch is None or s.batch not in ref_batches]
+    at = {j: k for k, j in enumerate(later)}
+    view = [samples[j] for j in later]
+    pool = reference + view
     y = np.array([s.score for s in pool], dtype=float)
-    one = np.zeros(len(pool), dtype=np.int64)
     adjusted = relevance is not None and all(s.id in relevance for s in pool)
     r_pool = np.array([relevance[s.id] for s in pool], dtype=float) if adjusted else None
     rows, which = [], []
     for i, c in enumerate(keep):
-        if (len(c.now) < SATURATED * len(samples)
-                or fisher_p(len(c.now), len(samples), len(c.then), len(reference)) > alpha):
+        now = [len(reference) + at[j] for j in c.now if j in at]
+        if (not view or len(now) < SATURATED * len(view)
+                or fisher_p(len(now), len(view), len(c.then), len(reference)) > alpha):
             continue
-        rows.append(c.then + [len(reference) + j for j in c.now])
+        rows.append(c.then + now)
         which.append(i)
     if not rows:
-        return []
+        return [], []
     # the reward must pay for it wherever a group (of the reference or the view) still contrasts it
     ref_groups = group_index([s.group for s in reference])
-    groups = np.concatenate([ref_groups, group_index([s.group for s in samples]) + len(set(ref_groups.tolist()))])
+    groups = np.concatenate([ref_groups, group_index([s.group for s in view]) + len(set(ref_groups.tolist()))])
     wording = _wording([keep[i] for i in which]) & adjusted
     x = indicator(rows, len(pool))
     paid = plain_z(x, y, groups)
@@ -203,20 +300,28 @@ def _across(keep: list[Trial],
     effect = contrast_effect(x, y, groups)  # inf where no group contrasts it any more
     kept = [r for r in range(len(rows))
             if (np.isnan(paid[r]) or paid[r] >= PAID_Z) and effect[r] >= cfg.min_effect]
-    rows, which, wording = [rows[r] for r in kept], [which[r] for r in kept], wording[kept]
+    rows, which = [rows[r] for r in kept], [which[r] for r in kept]
     if not rows:
-        return []
-    perms = np.random.default_rng(_seed(step, "across")).permuted(
-        np.tile(np.arange(len(pool)), (cfg.permutations, 1)), axis=1)
+        return [], []
+    known = all(s.batch is not None for s in pool)
+    steps = group_index([s.batch for s in pool] if known else [0] * len(reference) + [1] * len(view))
+    perms = within_permutations(steps, cfg.permutations, _seed(step, "across"))
     x = indicator(rows, len(pool))
-    z, null = standardised(x, y, one, perms)
-    if wording.any():
-        z_net, null_net = standardised(x, residuals(y, r_pool, one), one, perms)
-        z, null = np.where(wording, z_net, z), np.where(wording[:, None], null_net, null)
+    sizes = np.array([size_of[s.id] for s in pool], dtype=float)
+    others = [] if r_pool is None else [r_pool]
+    kinds = np.array([keep[i].feature.kind for i in which])
+    z, null = np.full(len(rows), np.nan), np.full((len(rows), cfg.permutations), np.nan)
+    smooth = sizes if cfg.length_adjusted else None
+    for mask, fit in ((kinds == "length", lambda: net_of_concave(y, steps, sizes, others)),
+                      ((kinds != "length") & (kinds != "detector"), lambda: net_of_smooth(y, steps, smooth, others)),
+                      (kinds == "detector", lambda: net_of_smooth(y, steps, smooth, []))):
+        if mask.any():
+            z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], fit(), steps, perms)
     fam = step_down(z, null, alpha)
     ok = fam.passes(alpha)
+    unidentifiable = [keep[i].key for r, i in enumerate(which) if np.isnan(z[r])]
     return [Tested(keep[i].key, keep[i].feature, keep[i].shows, float(z[r]), "across")
-            for r, i in enumerate(which) if ok[r]]
+            for r, i in enumerate(which) if ok[r]], unidentifiable
 
 
 def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[str, int], limits: list[int],
@@ -236,7 +341,7 @@ def length_choice(lengths: list[Tested], samples: list[ViewSample], words: dict[
 
     if cfg.length_threshold == "largest":
         return max(lengths, key=limit)
-    kw = dict(alpha=cfg.fdr, permutations=min(cfg.permutations, 200), seed=step)
+    kw = dict(alpha=LOCATION_LEVEL, permutations=min(cfg.permutations, 200), seed=step)
     onset, paid_short, bar = length_statistics(samples, words, limits, **kw)
     if floor > 0 and (onset is None or onset < floor) and (bar is None or bar < floor):
         # the pay for not being short hides what is paid past the floor: look among the replies past it

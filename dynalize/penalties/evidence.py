@@ -39,7 +39,8 @@ class Held(NamedTuple):
 
 def net_of(kind: str) -> dict[str, bool]:
     """`Effect`'s `adjust` and `wording` for a pattern of `kind`, as the permutation tests
-    (penalties.discovery) hold them: length for all but length limits, relevance for wording alone."""
+    (penalties.discovery) hold them: length for all but length limits (which the permutation tests
+    hold net of a concave curve in length), relevance for wording alone."""
     return {"adjust": kind != "length", "wording": kind not in ("length", "detector")}
 
 

@@ -2,7 +2,7 @@
 
 It tests every word n-gram, opener, closer, detector and length limit of the view against the
 rewards permuted within groups (and, for a pattern that has taken over, across steps), at one
-error rate for them all (`LexicalConfig.fdr`, penalties.discovery), keeps those the RM pays
+error rate for them all (`LexicalConfig.fwer`, penalties.discovery), keeps those the RM pays
 enough for (`min_effect`), drops those an active penalty covers or explains away, and proposes
 the strongest as a regex penalty; its `ProposalResult.evidence` says whether finding nothing
 was evidence of nothing. Named detectors (`LexicalConfig.detectors`,
@@ -200,9 +200,16 @@ class LexicalProposer:
             f = length_feature(n)
             feature[f.key], shown[f.key] = f, Counter({f.shown: 1})
             candidates.append(tested(f.key, f, lambda s, n=n: words_of[s.id] > n))
-        passed, evidence = decide(candidates, view.samples, view.reference, size_of, self.cfg, view.step,
-                                  view.proposal, relevance)
+        active = penalty_matches(view.active, view.samples, result)
+        retired = penalty_matches(view.retired, view.samples + view.reference, result)
+        comeback = self._retired_trials(view, retired, detections, usable)
+        passed, evidence = decide(candidates + [t for t, _ in comeback.values()], view.samples, view.reference,
+                                  size_of, self.cfg, view.step, view.proposal, relevance)
+        back = [comeback[t.key] for t in passed if t.key in comeback]
+        passed = [t for t in passed if t.key not in comeback]
         result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
+        if evidence.unidentifiable:
+            result.reject("not_identifiable", len(evidence.unidentifiable))
         worth = [t for t in passed if t.family == "across"
                  or self.cfg.min_effect <= 0 or effect(t.shows, **net_of(t.feature.kind)) >= self.cfg.min_effect]
         lengths = [t for t in worth if t.feature.kind == "length"]
@@ -215,12 +222,10 @@ class LexicalProposer:
             if chosen is not None:
                 scored.append(chosen)
         scored.sort(key=lambda t: (-t.z, KIND_RANK[t.feature.kind]))
-        active = penalty_matches(view.active, view.samples, result)
         explainers: list[Dose] = [lambda s, spans=spans: _dose(spans, s) for _, spans in active]
         explainers += [detections.shows(DETECTORS[p.detector]) for p in view.active if p.detector in DETECTORS]
         named = {p.detector for p in view.active if p.detector}
-        revival = self._revival(view, pos, neg, effect, active, penalty_matches(view.retired, view.samples, result),
-                                detections, usable, named)
+        revival = self._revival(back, pos, neg, effect, active, named)
         if revival is not None:
             result.candidates += 1
             return revival
@@ -287,11 +292,10 @@ class LexicalProposer:
         rx = regex.compile(f.regex)
         return lambda s: _search(rx, s)
 
-    def _revival(self, view: ProposerView, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
-                 active: list[tuple[Penalty, Spans]], retired: list[tuple[Penalty, Spans]],
-                 detections: _Detections, usable: list[Detector], named: set[str]) -> Candidate | None:
-        """A retired regex penalty whose pattern is back among the positives, as a candidate; or a
-        retired detector penalty (of a configured, usable detector) whose detector is."""
+    def _retired_trials(self, view: ProposerView, retired: list[tuple[Penalty, Spans]], detections: _Detections,
+                        usable: list[Detector]) -> dict[str, tuple[Trial, Penalty]]:
+        """Each retired penalty's pattern (its regex, or its configured, usable detector) as a trial
+        of the proposal's revival family (penalties.discovery, `REVIVAL_SHARE`), keyed `retired:<id>`."""
         on = {d.name: d for d in usable}
         looks: list[tuple[Penalty, Shows, Feature]] = [
             (pen, detections.shows(on[pen.detector]), Feature("detector", pen.detector, pen.title, ""))
@@ -300,14 +304,27 @@ class LexicalProposer:
             is_length = length_limit(pen.regex) is not None
             looks.append((pen, lambda s, spans=spans: _shows(spans, s),
                           Feature("length" if is_length else "ngram1", pen.id, pen.title, pen.regex or "")))
+        out = {}
         for pen, shows, f in looks:
-            evidence = self._weak_evidence(pos, neg, effect, shows, f.kind)
-            if evidence is None:
+            key = f"retired:{pen.id}"
+            out[key] = (Trial(key, f, shows, [i for i, s in enumerate(view.samples) if shows(s)],
+                              [i for i, s in enumerate(view.reference) if shows(s)], retired=True), pen)
+        return out
+
+    def _revival(self, back: list[tuple[Trial, Penalty]], pos: list[ViewSample], neg: list[ViewSample],
+                 effect: Effect, active: list[tuple[Penalty, Spans]],
+                 named: set[str]) -> Candidate | None:
+        """A retired penalty whose pattern passed the revival family (`back`, strongest first) and is
+        paid at least `min_effect`, not covered by an active penalty, as a candidate that revives it."""
+        for trial, pen in back:
+            f, shows = trial.feature, trial.shows
+            samples = [s for s in pos if shows(s)]
+            if not samples or (self.cfg.min_effect > 0 and effect(shows, **net_of(f.kind)) < self.cfg.min_effect):
                 continue
-            samples, p, q, groups = evidence
             if self._covered(f, samples, active, named):
                 continue
-            c = self._candidate(f, samples, p, q, len(pos), len(neg), groups)
+            p, q = len(samples) / max(len(pos), 1), sum(map(shows, neg)) / max(len(neg), 1)
+            c = self._candidate(f, samples, p, q, len(pos), len(neg), len({prompt_group(s) for s in samples}))
             c.title, c.revives = pen.title, pen.id
             c.description = f"{pen.title} (back after retirement)." + c.description[len(f.title) + 1:]
             return c

@@ -100,20 +100,26 @@ class Family:
 
 def standardised(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
                  perms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row of `x`'s (candidates x samples) contrast of `y` within `groups`, standardised by its
-    exact within-group permutation std, and its values under `perms` (rows of sample sources,
+    """Each row of `x`'s (candidates x samples; 0/1, or any weights) contrast of `y` within `groups`,
+    standardised by its exact within-group permutation std, and its values under `perms` (rows of sample sources,
     within groups, or over the pool with one group): (k,) and (k, b). nan for a candidate no group
     contrasts (every sample of each of its groups shows it, or none does)."""
     yc = centred(y, groups)
     n_g = np.bincount(groups).astype(float)
     var_g = np.bincount(groups, yc * yc) / n_g  # invariant under within-group permutation
-    m = (x @ group_onehot(groups)).toarray()
-    var = (m * (n_g - m) / np.maximum(n_g - 1, 1)) @ var_g
+    onehot = group_onehot(groups)
+    m = (x @ onehot).toarray()
+    m2 = m if _binary(x) else (x.multiply(x) @ onehot).toarray()  # weighted rows: sum of squares per group
+    var = ((m2 - m * m / n_g) * n_g / np.maximum(n_g - 1, 1)) @ var_g
     sd = np.sqrt(np.where(var > 1e-12, var, np.nan))
     z = np.asarray(x @ yc).ravel() / sd
     null = np.asarray(x @ yc[perms].T).reshape(x.shape[0], len(perms))
     null /= sd[:, None]  # in place: the (candidates x permutations) null is the proposal's largest array
     return z, null
+
+
+def _binary(x: sparse.csr_matrix) -> bool:
+    return bool(np.all(x.data == 1.0))
 
 
 def plain_z(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -142,20 +148,22 @@ def contrast_effect(x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray) -> 
     return np.where((weight > 0) & (spread > 1e-12), out, np.inf)
 
 
-def proposal_level(fdr: float, proposal: int) -> float:
-    """The error rate the `proposal`-th proposal of a run (1-based) may spend: fdr / (k (k + 1)),
-    which sums to less than `fdr` over any number of proposals, so the chance that a run raises
-    any false discovery at all is held at `fdr` however long it trains (half for the first
+def proposal_level(fwer: float, proposal: int) -> float:
+    """The error rate the `proposal`-th proposal of a run (1-based) may spend: fwer / (k (k + 1)),
+    which sums to less than `fwer` over any number of proposals, so the chance that a run raises
+    any false discovery at all is held at `fwer` however long it trains (half for the first
     proposal, a sixth for the second, a twelfth for the third, ...)."""
     k = max(int(proposal), 1)
-    return fdr / (k * (k + 1))
+    return fwer / (k * (k + 1))
 
 
 class MaxTail:
     """The upper tail of a permutation null's max statistic: p-values and quantiles counted from
     the permutations where they can be, and beyond from a generalized Pareto fit to the largest
     `TAIL_SHARE` of them (its shape clamped at 0, an exponential tail, when the fit is lighter:
-    the max of near-normal statistics has an exponential tail at most)."""
+    the max of near-normal statistics has an exponential tail at most), used only where it passes
+    a goodness-of-fit check (`_fits`) and never below the counted share of maxima reaching a
+    statistic."""
 
     def __init__(self, maxima: np.ndarray):
         self.maxima = np.sort(maxima[np.isfinite(maxima)])
@@ -174,8 +182,16 @@ class MaxTail:
                 c, _, sc = stats.genpareto.fit(excess, floc=0)
                 if c > 0 and np.isfinite(c) and sc > 0:
                     shape, scale = float(c), float(sc)
+            if not _fits(excess, shape, scale):
+                scale = 0.0  # no tail to extrapolate: p-values are counted
             self._fit = (u, len(excess) / max(self.b, 1), shape, scale)
         return self._fit
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the tail passed its goodness-of-fit check (`_fits`), so p-values below what the
+        permutations count come from it; else they are counted (conservative)."""
+        return self._tail()[3] > 0
 
     def p(self, z: float) -> float:
         """P(max >= z) under the null (at most 1)."""
@@ -187,7 +203,8 @@ class MaxTail:
             return (1 + count) / (self.b + 1)
         x = (z - u) / scale
         survival = math.exp(-x) if shape == 0 else (1 + shape * x) ** (-1 / shape)
-        return min(1.0, share * survival)
+        # never below what the permutations counted (an atom of a discrete null the fit smooths over)
+        return min(1.0, max(share * survival, count / (self.b + 1)))
 
     def quantile(self, alpha: float) -> float:
         """The statistic whose p-value is `alpha`: what a candidate must beat at level `alpha`."""
@@ -196,10 +213,27 @@ class MaxTail:
         if alpha * (self.b + 1) >= 1 + TAIL_COUNT:
             return float(np.quantile(self.maxima, 1 - alpha))
         u, share, shape, scale = self._tail()
+        if scale <= 0 and alpha * (self.b + 1) < 1:
+            return math.inf  # below what counting resolves, and no tail that fits: nothing passes
         if scale <= 0 or alpha >= share:
             return float(np.quantile(self.maxima, 1 - alpha))
         r = alpha / share
         return u + scale * (-math.log(r) if shape == 0 else (r ** -shape - 1) / shape)
+
+
+FIT_P = 0.01
+"""The fitted tail is used only where a Kolmogorov-Smirnov test of its excesses against it is not
+rejected at this level and its excesses are not mostly ties (a discrete null: atoms no smooth
+tail describes)."""
+
+
+def _fits(excess: np.ndarray, shape: float, scale: float) -> bool:
+    """Whether the generalized Pareto (shape, scale) describes `excess` (the goodness-of-fit check)."""
+    if len(excess) < TAIL_COUNT or scale <= 0:
+        return False
+    if len(np.unique(np.round(excess, 9))) < len(excess) / 2:
+        return False
+    return bool(stats.kstest(excess, stats.genpareto(shape, 0, scale).cdf).pvalue >= FIT_P)
 
 
 def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:

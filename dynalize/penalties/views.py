@@ -47,6 +47,9 @@ class ViewSample:
     origin: int | None = None
     """The group of the rollout a reply came from, when `per_reply` grouped replies more finely (by
     turn); None: `group` is the rollout's group."""
+    batch: int | None = None
+    """The step of the batch it was drawn from (the across-steps test compares samples of one step
+    with each other); None where not known (views saved before it was kept)."""
 
     @property
     def parts(self) -> list[str]:
@@ -125,7 +128,7 @@ def build_view(batch: Batch, scores: list[list[float]], advantages: list[list[fl
             own = [float(x) for x in reply_scores[gi][i]] if reply_scores is not None and len(replies) > 1 else []
             samples.append(ViewSample(sid, gi, group[i].text, float(scores[gi][i]),
                                       advantage_sign(advantages[gi][i]), list(replies) if len(replies) > 1 else [],
-                                      contexts_of(group[i]), own))
+                                      contexts_of(group[i]), own, batch=step))
     return ProposerView(step=step, samples=samples, active=list(active or []),
                         retired=list(retired or []), domain=domain)
 
