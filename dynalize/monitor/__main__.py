@@ -74,6 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="`lexical` (LLM-free, default) or an LLM as a chat-model JSON object or YAML file")
     ap.add_argument("--judge", default=None, metavar="regex|SPEC",
                     help="`regex` (default: penalties need a regex) or an LLM judge (chat-model JSON or YAML file)")
+    ap.add_argument("--reward", default=None, metavar="MODULE:FUNCTION|URL",
+                    help="the run's reward (a TRL reward function, or an HTTP endpoint): each discovered pattern is "
+                    "then confirmed by scoring replies edited to remove or add it (docs/monitor.md)")
     ap.add_argument("--every", type=int, help="propose every K monitored steps (step %% K == 0; default 5)")
     ap.add_argument("--merge-steps", type=int, default=1, metavar="K",
                     help="monitor K consecutive logged steps as one (small logged batches, OpenRLHF's one sample a step)")
@@ -209,6 +212,12 @@ class Watch:
                                                 growing=args.follow)
         if (problem := out_problem(args.out, args.rollouts)) is not None:
             raise MonitorInputError(f"monitor: {problem}")
+        self.reward = None
+        if args.reward is not None:  # checked before anything is written, as a judge's endpoint is
+            from .reward import load_reward, preflight
+
+            self.reward = load_reward(args.reward)
+            preflight(self.reward, args.reward)
         try:  # one writer per folder (dynalize.folderlock): the folder is made, empty, to hold the lock
             self.lock = hold_folder(args.out, "monitor folder --out")
         except ConfigError as e:  # held by another process
@@ -219,6 +228,8 @@ class Watch:
             self.lock.release(remove_created=True)
             raise
         self.m: Monitor | None = None if isinstance(opened, PenaltiesConfig) else opened
+        if self.m is not None:
+            self.confirm(self.m)
         self.cfg = opened if self.m is None else self.m.cfg
         self.last_signature: tuple | None = None
         self.said: set[str] = set()
@@ -261,6 +272,7 @@ class Watch:
             from .replay import Monitor
 
             self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
+            self.confirm(self.m)
             self.m.start(source_of(self.args))
         if follow and (line := self.vanished().check(reading.files, set(self.m.done))):  # a rotating writer
             console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)  # one line, never wrapped
@@ -269,6 +281,17 @@ class Watch:
         if n and follow:
             write_outputs(self.m, self.args)
         return n
+
+    def confirm(self, m: Monitor) -> None:
+        """With --reward: every candidate the proposer offers is confirmed with it (penalties.witness)."""
+        if self.reward is None:
+            return
+        from ..penalties.discovery import level
+        from ..penalties.witness import ConfirmingProposer, Witness
+
+        lexical = m.cfg.proposer.lexical
+        m.term.proposer = ConfirmingProposer(m.term.proposer, Witness(self.reward, seed=self.args.seed),
+                                             lambda k: level(lexical, k))
 
     def vanished(self) -> VanishedSteps:
         """The steps whose files vanished before they were read (vanished.py), for this invocation."""
