@@ -133,3 +133,20 @@ def test_a_failing_reward_fails_the_proposal_and_says_why_in_one_line():
                                 "replies: ConnectionError: reward server down")
     with pytest.raises(RewardError, match="returned 1 numbers for 2"):
         Witness(lambda p, c: [0.0])._score(["a", "b"], ["x", "y"])
+
+
+def test_the_run_summary_says_what_the_reward_pays_for_each_confirmed_penalty(tmp_path):
+    import json
+
+    from dynalize.config import RunConfig
+    from dynalize.summary import confirmation_rows
+
+    cfg = RunConfig(output_dir=str(tmp_path), name="r", task={"name": "toytask:ToyTask"})
+    cfg.run_dir.mkdir(parents=True)
+    paid = Witness(pays_the_opener).check(opener_candidate(), view(), 0.01).to_dict()
+    events = [{"step": 6, "event": "add", "id": "p001", "title": "Opens with praise", "confirmation": paid},
+              {"step": 9, "event": "add", "id": "p002", "title": "Says look"}]
+    (cfg.run_dir / "penalties.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert confirmation_rows(cfg) == [
+        ("penalty p001: Opens with praise", "step 6", confirmation_text(paid)),
+        ("penalty p002: Says look", "step 9", "not confirmed: correlational only (the reward could not be called)")]

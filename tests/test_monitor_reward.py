@@ -3,6 +3,7 @@ scoring edited replies; a reward that fails is a failing judge: one line, never 
 
 from __future__ import annotations
 
+import html
 import json
 import random
 import threading
@@ -91,6 +92,10 @@ def test_a_trl_reward_function_confirms_the_pattern_it_pays_for(tmp_path, monkey
     assert "reward pays +" in capsys.readouterr().err  # the console table
     metrics = [json.loads(line) for line in (tmp_path / "mon" / "metrics.jsonl").read_text().splitlines()]
     assert sum(m.get("confirm/reward_calls", 0) for m in metrics) > 0
+    from dynalize.analysis.html import render_page
+    from dynalize.analysis.runs import Run
+
+    assert html.escape(p["confirmed"]) in render_page([Run(tmp_path / "mon")])  # the HTML report's penalty table
 
 
 def test_without_a_reward_a_pattern_says_it_is_correlational_only(tmp_path):
