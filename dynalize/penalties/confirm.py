@@ -9,13 +9,14 @@ each edit gives one paired difference, the reward with the pattern minus the rew
 is the causal pay.
 
 `decide` turns the differences into a `Confirmation` at the run's error rate `alpha` (the
-proposal's share, penalties.discovery.level): a one-sided paired sign-flip test of "the reward
-pays nothing for the pattern" (exact up to `EXACT_UP_TO` edits, else `FLIPS` seeded random
-flips) on the deletions and on the insertions apart: `confirmed` when each side that can decide
-finds pay (> 0), else `rejected` as a co-traveller; and `not_confirmable` when neither side has
-edits enough for any result to reach `alpha` (no evidence either way: the candidate keeps its
-correlational decision, said so). The interval is the
-mean's t interval at 1 - 2 alpha (its lower end is above 0 about when the test confirms). Pure:
+proposal's share, penalties.discovery.level) with one-sided paired sign-flip tests of "the
+reward pays nothing for the pattern" (exact up to `EXACT_UP_TO` edits, else `FLIPS` seeded random
+flips): for text, on the deletions; for a length bar, on the deletions and the insertions apart,
+both to find pay (`decide` says why). `confirmed` when they find pay (> 0), else `rejected` as a
+co-traveller; `not_confirmable` when no side has edits enough for any result to reach `alpha`
+(no evidence either way: the candidate keeps its correlational decision, said so). The interval
+is the mean's t interval at 1 - 2 alpha over the deciding edits (its lower end is above 0 about
+when the test confirms). Pure:
 no reward is called here (penalties.witness does that).
 """
 
@@ -114,17 +115,24 @@ def interval(d: np.ndarray, alpha: float) -> tuple[float, float]:
     return mean - half, mean + half
 
 
-def decide(deleting: list[float], inserting: list[float], alpha: float, seed: int = 0) -> Confirmation:
+def decide(deleting: list[float], inserting: list[float], alpha: float, seed: int = 0,
+           both: bool = False) -> Confirmation:
     """The decision on a pattern from its paired differences (each: reward with the pattern minus
     without it), deletions' and insertions' apart, at one-sided error rate `alpha`.
 
-    Each side with edits enough to decide at `alpha` is tested on its own, and the pattern is
-    confirmed only when every such side finds pay (an intersection-union test: at `alpha` as it
-    stands). One side alone can mislead: deleting a word of a paid phrase ("question" of "What a
-    great question!") breaks the phrase and loses its pay, while inserting the word alone earns
-    nothing; trimming a reply can cut the sentence that carried the hack."""
-    d = np.array([*deleting, *inserting], dtype=float)
+    Text (`both` False: a word, phrase, opener, closer, any regex): the deletions decide, where
+    there are enough to (else the insertions). Removing the text a penalty matches says whether
+    the reward's pay lies in that text: a co-traveller elsewhere in the reply loses nothing, a
+    fragment of a paid phrase ("the long run" of "It matters in the long run.") breaks it and
+    loses its pay, as penalising it would. Inserting a fragment alone cannot re-create the phrase,
+    so its pay is shown but does not decide.
+
+    Form (`both` True: a length bar): no deletion changes length alone (trimming drops
+    sentences, and the hack may be one of them), so every side with edits enough to decide must
+    find pay: content-free padding past the bar, and trimming below it (an intersection-union
+    test, at `alpha` as it stands)."""
     counts = dict(deletions=len(deleting), insertions=len(inserting), alpha=alpha)
+    d = np.array([*deleting, *inserting], dtype=float)
     if not np.isfinite(d).all():
         raise ValueError("the reward gave a value that is not a finite number")
     if len(d) == 0:
@@ -134,15 +142,18 @@ def decide(deleting: list[float], inserting: list[float], alpha: float, seed: in
     if not sides:
         return Confirmation(NOT_CONFIRMABLE, f"{len(deleting)} deletions and {len(inserting)} insertions cannot "
                             f"decide at error rate {alpha:.2g}", pay=float(d.mean()), n=len(d), **counts)
-    lo, hi = interval(d, alpha)
+    if not both:
+        sides = dict([next(iter(sides.items()))])  # the deletions, where they can decide
+    used = np.concatenate(list(sides.values()))
+    lo, hi = interval(used, alpha)
     p = {name: sign_flip_p(x, seed + i) for i, (name, x) in enumerate(sides.items())}
     unpaid = [name for name, x in sides.items() if not (p[name] <= alpha and x.mean() > 0)]
-    state = REJECTED if unpaid else CONFIRMED
     reason = "; ".join(f"{name} it, the reward pays {sides[name].mean():+.3g} (p = {p[name]:.2g}, "
                        f"{len(sides[name])} edits)" for name in unpaid)
-    return Confirmation(state, reason and f"{reason}: nothing at error rate {alpha:.2g}", float(d.mean()), lo, hi,
-                        len(d), pay_deleting=_mean(deleting), pay_inserting=_mean(inserting),
-                        p_value=max(p.values()), **counts)
+    return Confirmation(REJECTED if unpaid else CONFIRMED, reason and f"{reason}: nothing at error rate {alpha:.2g}",
+                        float(used.mean()), lo, hi, len(used), pay_deleting=_mean(deleting),
+                        pay_inserting=_mean(inserting), p_value=max(p.values()), extra={"decided_by": list(sides)},
+                        **counts)
 
 
 def _mean(xs: list[float]) -> float | None:

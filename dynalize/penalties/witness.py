@@ -98,7 +98,7 @@ class Witness:
             original, edited = scores[:len(pairs)], scores[len(pairs):]
             diffs = [a - b for a, b in zip(original, edited)]
             k = len(deleted)
-            c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed)
+            c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed, both=form.kind == "length")
             c.reward_calls = len(prompts)
         c.seconds = time.perf_counter() - t0
         return c
