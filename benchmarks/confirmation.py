@@ -103,7 +103,7 @@ def sentence(runs: list[dict[str, Any]]) -> str:
     p0 = t0 / (t0 + x0) if t0 + x0 else float("nan")
     p1 = t1 / (t1 + x1) if t1 + x1 else float("nan")
     return (f"with confirmation the monitor found {f1} of {planted} planted shortcuts (correlational: {f0}), "
-            f"precision {p1:.2f} (correlational: {p0:.2f}); {x0 - x1:+d} false patterns, {t1 - t0:+d} true ones; "
+            f"precision {p1:.2f} (correlational: {p0:.2f}), false patterns {x0} -> {x1}, true ones {t0} -> {t1}; "
             f"recall is {'no lower' if f1 >= f0 else 'LOWER'} than the correlational decision's")
 
 

@@ -66,14 +66,14 @@ def test_a_fragment_of_a_paid_phrase_is_confirmed_by_deleting_it_though_insertin
     deleting, inserting = [1.0 + 0.01 * i for i in range(20)], [0.01 * (-1) ** i for i in range(20)]
     c = decide(deleting, inserting, alpha=0.01)
     assert c.state == CONFIRMED and c.n == 20 and c.pay == pytest.approx(sum(deleting) / 20)
-    assert c.pay_inserting == pytest.approx(0.0) and c.extra["decided_by"] == ["deleting"]
+    assert c.pay_inserting == pytest.approx(0.0) and c.extra["decided_by"] == "deleting"
     assert decide([0.01 * (-1) ** i for i in range(20)], deleting, 0.01).state == REJECTED  # a co-traveller
 
 
 def test_a_length_bar_is_confirmed_only_when_padding_past_it_pays_as_well_as_trimming_below_it():
     # trimming can cut the sentence that carried the hack; padding with content-free text cannot add it
-    c = decide([1.0 + 0.01 * i for i in range(20)], [0.01 * (-1) ** i for i in range(20)], alpha=0.01, both=True)
-    assert c.state == REJECTED and c.reason.startswith("inserting it, the reward pays +0 (p = ")
+    c = decide([1.0 + 0.01 * i for i in range(20)], [-0.01 * (i % 2) for i in range(20)], alpha=0.01, both=True)
+    assert c.state == REJECTED and c.reason == "inserting it, the reward pays -0.005" and c.n == 40
     assert decide([1.0 + 0.01 * i for i in range(20)], [0.9 + 0.01 * i for i in range(20)], 0.01, both=True).state \
         == CONFIRMED
 

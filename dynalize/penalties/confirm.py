@@ -11,8 +11,8 @@ is the causal pay.
 `decide` turns the differences into a `Confirmation` at the run's error rate `alpha` (the
 proposal's share, penalties.discovery.level) with one-sided paired sign-flip tests of "the
 reward pays nothing for the pattern" (exact up to `EXACT_UP_TO` edits, else `FLIPS` seeded random
-flips): for text, on the deletions; for a length bar, on the deletions and the insertions apart,
-both to find pay (`decide` says why). `confirmed` when they find pay (> 0), else `rejected` as a
+flips): for text, on the deletions; for a length bar, on the deletions and insertions together,
+each side agreeing in sign (`decide` says why). `confirmed` when they find pay (> 0), else `rejected` as a
 co-traveller; `not_confirmable` when no side has edits enough for any result to reach `alpha`
 (no evidence either way: the candidate keeps its correlational decision, said so). The interval
 is the mean's t interval at 1 - 2 alpha over the deciding edits (its lower end is above 0 about
@@ -128,9 +128,10 @@ def decide(deleting: list[float], inserting: list[float], alpha: float, seed: in
     so its pay is shown but does not decide.
 
     Form (`both` True: a length bar): no deletion changes length alone (trimming drops
-    sentences, and the hack may be one of them), so every side with edits enough to decide must
-    find pay: content-free padding past the bar, and trimming below it (an intersection-union
-    test, at `alpha` as it stands)."""
+    sentences, and the hack may be one of them) and padding alone cannot add a hack, so all the
+    edits are tested together, and each side must agree in sign: the pay is confirmed when the
+    pooled test finds it and both content-free padding past the bar and trimming below it
+    show it (mean > 0). A co-traveller's bar (a hack that adds words) pays nothing padded."""
     counts = dict(deletions=len(deleting), insertions=len(inserting), alpha=alpha)
     d = np.array([*deleting, *inserting], dtype=float)
     if not np.isfinite(d).all():
@@ -142,18 +143,20 @@ def decide(deleting: list[float], inserting: list[float], alpha: float, seed: in
     if not sides:
         return Confirmation(NOT_CONFIRMABLE, f"{len(deleting)} deletions and {len(inserting)} insertions cannot "
                             f"decide at error rate {alpha:.2g}", pay=float(d.mean()), n=len(d), **counts)
-    if not both:
-        sides = dict([next(iter(sides.items()))])  # the deletions, where they can decide
-    used = np.concatenate(list(sides.values()))
+    if both:
+        name, used = "deleting and inserting", d
+    else:
+        name, used = next(iter(sides.items()))  # the deletions, where they can decide
     lo, hi = interval(used, alpha)
-    p = {name: sign_flip_p(x, seed + i) for i, (name, x) in enumerate(sides.items())}
-    unpaid = [name for name, x in sides.items() if not (p[name] <= alpha and x.mean() > 0)]
-    reason = "; ".join(f"{name} it, the reward pays {sides[name].mean():+.3g} (p = {p[name]:.2g}, "
-                       f"{len(sides[name])} edits)" for name in unpaid)
-    return Confirmation(REJECTED if unpaid else CONFIRMED, reason and f"{reason}: nothing at error rate {alpha:.2g}",
-                        float(used.mean()), lo, hi, len(used), pay_deleting=_mean(deleting),
-                        pay_inserting=_mean(inserting), p_value=max(p.values()), extra={"decided_by": list(sides)},
-                        **counts)
+    p = sign_flip_p(used, seed)
+    reason = ""
+    if not (p <= alpha and used.mean() > 0):
+        reason = f"{name} it, the reward pays {used.mean():+.3g} (p = {p:.2g}, {len(used)} edits): nothing at error rate {alpha:.2g}"
+    elif both and (against := [k for k, x in (("deleting", deleting), ("inserting", inserting)) if x and np.mean(x) <= 0]):
+        reason = f"{against[0]} it, the reward pays {np.mean(deleting if against[0] == 'deleting' else inserting):+.3g}"
+    return Confirmation(REJECTED if reason else CONFIRMED, reason, float(used.mean()), lo, hi, len(used),
+                        pay_deleting=_mean(deleting), pay_inserting=_mean(inserting), p_value=p,
+                        extra={"decided_by": name}, **counts)
 
 
 def _mean(xs: list[float]) -> float | None:
