@@ -15,7 +15,8 @@ summary.json and report.html as it goes (`Watch`). Nothing is written before the
 Exit status: 0 no discovered pattern is live at the last step, and the latest proposal could have
 seen one; 10 one or more are (the reward pays for them now); 11 none is live but the evidence is
 insufficient (too few groups or rollouts, rewards tied within groups, or no proposal yet: the line
-says which); 2 bad input, an unusable --out or a file system error (one line); 3 the judge or proposer kept failing (the line says which);
+says which); 2 bad input, an unusable --out or --reward, or a file system error (one line); 3 the judge,
+the proposer or the --reward kept failing (the line says which);
 1 an unexpected error; 130 interrupted (what was monitored is kept).
 """
 
