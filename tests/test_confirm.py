@@ -142,6 +142,8 @@ def test_a_failing_reward_fails_the_proposal_and_says_why_in_one_line():
                                 "replies: ConnectionError: reward server down")
     with pytest.raises(RewardError, match="returned 1 numbers for 2"):
         Witness(lambda p, c: [0.0])._score(["a", "b"], ["x", "y"])
+    with pytest.raises(RewardError, match="not a finite number"):
+        Witness(lambda p, c: [0.0, float("nan")])._score(["a", "b"], ["x", "y"])
 
 
 def test_the_run_summary_says_what_the_reward_pays_for_each_confirmed_penalty(tmp_path):

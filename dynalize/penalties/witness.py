@@ -20,6 +20,7 @@ after `max_failed_proposals` in a row): never a silent fallback to the correlati
 
 from __future__ import annotations
 
+import math
 import random
 import time
 import zlib
@@ -126,6 +127,8 @@ class Witness:
             raise RewardError(f"the reward must return one number per completion, got {str(raw)[:80]}") from None
         if len(scores) != len(completions):
             raise RewardError(f"the reward returned {len(scores)} numbers for {len(completions)} completions")
+        if not all(math.isfinite(x) for x in scores):
+            raise RewardError(f"the reward returned a value that is not a finite number: {scores[:8]}")
         return scores
 
 
