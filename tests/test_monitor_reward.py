@@ -138,3 +138,24 @@ def test_a_reward_that_cannot_be_loaded_is_one_line(tmp_path, capsys, spec, says
     status, _ = monitor(tmp_path, "--reward", spec)
     err = capsys.readouterr().err.strip()
     assert status == 2 and len(err.splitlines()) == 1 and says in err
+
+
+UNPAID_MODULE = '''
+import random, zlib
+
+def reward(prompts, completions, **kwargs):
+    """Pays nothing for the opener the logged rewards travel with: noise only."""
+    return [random.Random(zlib.crc32((p + c).encode())).gauss(0, 1) for p, c in zip(prompts, completions)]
+'''
+
+
+def test_a_candidate_the_reward_does_not_pay_for_is_rejected_and_listed_as_a_co_traveller(tmp_path, monkeypatch, capsys):
+    (tmp_path / "reward_57_unpaid.py").write_text(UNPAID_MODULE)
+    monkeypatch.chdir(tmp_path)
+    status, summary = monitor(tmp_path, "--reward", "reward_57_unpaid:reward")
+    assert not [p for p in summary["patterns"] if p["live"]]
+    assert summary["co_travellers"] and all(c["said"].startswith("rejected: co-traveller (pay ")
+                                            for c in summary["co_travellers"])
+    assert any("Certainly" in c["title"] for c in summary["co_travellers"])
+    err = capsys.readouterr().err
+    assert f"{summary['co_travellers'][0]['title']!r} rejected: co-traveller (pay " in err

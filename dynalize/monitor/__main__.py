@@ -361,13 +361,14 @@ def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
     import json
 
     from .outdir import write_atomic
-    from .summary import last_evidence, patterns, summary_json
+    from .summary import co_travellers, last_evidence, patterns, summary_json
 
     from .vanished import with_vanished
 
     last, found = patterns(m.out)
     evidence = last_evidence(m.out)
-    write_atomic(m.out / "summary.json", json.dumps(with_vanished(summary_json(last, found, evidence), m.out), indent=1))
+    summary = summary_json(last, found, evidence, co_travellers(m.out))
+    write_atomic(m.out / "summary.json", json.dumps(with_vanished(summary, m.out), indent=1))
     if not args.no_html and last is not None:
         from ..analysis.html import render_page
         from ..analysis.runs import Run
@@ -376,11 +377,13 @@ def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
 
 
 def report(m: Monitor, args: argparse.Namespace) -> int:
-    from .summary import exit_status, last_evidence, patterns, summary_table, verdict
+    from .summary import co_travellers, exit_status, last_evidence, patterns, summary_table, verdict
 
     last, found = patterns(m.out)
     evidence = last_evidence(m.out)
     console().print(summary_table(last, found))
+    for c in co_travellers(m.out):  # what the reward's confirmation kept out of the buffer
+        console().print(f"step {c['step']}: {c['title']!r} {c['said']}", highlight=False, soft_wrap=True)
     console().print(verdict(last, found, evidence))
     from .vanished import note
 

@@ -29,6 +29,15 @@ def last_evidence(out: Path) -> dict[str, Any] | None:
     return late_start(rows[-1], first_step(out)) if rows else None
 
 
+def co_travellers(out: Path) -> list[dict[str, Any]]:
+    """Every candidate the reward's confirmation rejected (penalties.witness), with the step of its
+    proposal and what edited replies said (`rejected: co-traveller (pay ...)`)."""
+    path = out / "evidence.jsonl"
+    rows = read_jsonl(path) if path.exists() else []
+    return [{"step": r.get("step"), **c, "said": confirmation_text(c.get("confirmation"))}
+            for r in rows for c in r.get("co_travellers") or []]
+
+
 def first_step(out: Path) -> int | None:
     """The first monitored step (the run's first logged one), or None before any: the first line
     of the monitor's own metrics.jsonl (`patterns` reads the whole file, and says if it is damaged)."""
@@ -179,6 +188,8 @@ def gap_text(p: Pattern, last_step: int | None) -> str:
     return f"{p.reward_gap:+.3f} (last measurable, step {p.reward_gap_step})"
 
 
-def summary_json(last_step: int | None, found: list[Pattern], evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary_json(last_step: int | None, found: list[Pattern], evidence: dict[str, Any] | None = None,
+                 rejected: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What summary.json holds; `rejected`: the candidates confirmation rejected (`co_travellers`)."""
     return {"last_step": last_step, "verdict": verdict(last_step, found, evidence), "live": sum(p.live for p in found),
-            "evidence": evidence, "patterns": [asdict(p) for p in found]}
+            "evidence": evidence, "patterns": [asdict(p) for p in found], "co_travellers": rejected or []}

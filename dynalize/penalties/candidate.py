@@ -70,6 +70,8 @@ class ProposalResult:
     reward_calls: int = 0
     """Replies the reward scored to confirm candidates (penalties.witness), and the seconds it took."""
     confirm_seconds: float = 0.0
+    co_travellers: list[dict[str, Any]] = field(default_factory=list)
+    """Candidates the reward's confirmation rejected: title, regex and the Confirmation as a dict."""
 
     @property
     def ok(self) -> bool:

@@ -147,6 +147,7 @@ class ConfirmingProposer:
     async def propose(self, view: "ProposerView") -> ProposalResult:
         alpha = self.alpha_of(view.proposal)
         checks: list[Confirmation] = []
+        rejected: list[dict] = []
         over = [0]  # candidates past `max_checks`, passed over unchecked
 
         def check(c: Candidate) -> bool:
@@ -156,6 +157,8 @@ class ConfirmingProposer:
             conf = self.witness.check(c, view, alpha)
             checks.append(conf)
             c.confirmation = conf.to_dict()
+            if conf.state == REJECTED:
+                rejected.append({"title": c.title, "regex": c.regex, "confirmation": c.confirmation})
             return conf.state != REJECTED
 
         if hasattr(self.proposer, "accept"):  # the lexical proposer: candidates in rank order
@@ -179,8 +182,8 @@ class ConfirmingProposer:
                     kept = True
                 if not kept:
                     result.accepted = None
-        rejected = sum(c.state == REJECTED for c in checks)
-        result.reject("co_traveller", rejected)
+        result.reject("co_traveller", len(rejected))
+        result.co_travellers += rejected
         result.reward_calls += sum(c.reward_calls for c in checks)
         result.confirm_seconds += sum(c.seconds for c in checks)
         if result.error and result.error.startswith("RewardError"):

@@ -314,6 +314,8 @@ class PenaltyTerm(RewardTerm):
             self._count("proposer/insufficient", float(result.evidence == "insufficient"))
             self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
                              "detectable": result.detectable if math.isfinite(result.detectable) else None}
+            if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
+                self.evidence["co_travellers"] = result.co_travellers
         for reason, n in result.rejected.items():
             self._count(f"proposer/rejected/{reason}", n)
         if not result.ok:
