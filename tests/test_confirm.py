@@ -62,20 +62,22 @@ def test_a_length_bar_that_travels_with_the_paid_opener_is_rejected_as_a_co_trav
     assert confirmation_text(c.to_dict()).startswith("rejected: co-traveller (pay ")
 
 
-def test_a_fragment_of_a_paid_phrase_is_confirmed_by_deleting_it_though_inserting_it_alone_earns_nothing():
-    deleting, inserting = [1.0 + 0.01 * i for i in range(20)], [0.01 * (-1) ** i for i in range(20)]
-    c = decide(deleting, inserting, alpha=0.01)
-    assert c.state == CONFIRMED and c.n == 20 and c.pay == pytest.approx(sum(deleting) / 20)
-    assert c.pay_inserting == pytest.approx(0.0) and c.extra["decided_by"] == "deleting"
-    assert decide([0.01 * (-1) ** i for i in range(20)], deleting, 0.01).state == REJECTED  # a co-traveller
+def test_a_pattern_must_cost_when_removed_and_earn_when_put_in():
+    paid = [1.0 + 0.01 * i for i in range(20)]
+    nothing = [0.01 * (-1) ** i for i in range(20)]
+    assert decide(paid, [0.9 + 0.01 * i for i in range(20)], alpha=0.01).state == CONFIRMED
+    c = decide(paid, nothing, alpha=0.01)  # a topic noun: removing it loses content, elsewhere it earns nothing
+    assert c.state == REJECTED and c.reason.startswith("inserting it, the reward pays +0 (p = ") and c.pay > 0
+    assert decide(nothing, paid, alpha=0.01).state == REJECTED  # a co-traveller: removing it costs nothing
 
 
-def test_a_length_bar_is_confirmed_only_when_padding_past_it_pays_as_well_as_trimming_below_it():
+def test_a_length_bar_is_confirmed_on_all_its_edits_with_padding_and_trimming_agreeing():
     # trimming can cut the sentence that carried the hack; padding with content-free text cannot add it
-    c = decide([1.0 + 0.01 * i for i in range(20)], [-0.01 * (i % 2) for i in range(20)], alpha=0.01, both=True)
+    c = decide([1.0 + 0.01 * i for i in range(20)], [-0.01 * (i % 2) for i in range(20)], alpha=0.01,
+               rule="together")
     assert c.state == REJECTED and c.reason == "inserting it, the reward pays -0.005" and c.n == 40
-    assert decide([1.0 + 0.01 * i for i in range(20)], [0.9 + 0.01 * i for i in range(20)], 0.01, both=True).state \
-        == CONFIRMED
+    assert decide([1.0 + 0.01 * i for i in range(20)], [0.9 + 0.01 * i for i in range(20)], 0.01,
+                  rule="together").state == CONFIRMED
 
 
 def test_too_few_edits_to_reach_the_error_rate_are_not_confirmable_never_rejected():

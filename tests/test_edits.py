@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynalize.penalties.edits import PADDING, delete, form_of, insert, opens_replies
+from dynalize.penalties.edits import PADDING, carrier_sentence, delete, form_of, insert, opens_replies, transplant
 from dynalize.penalties.surface import length_feature, ngram_feature, reply_features, word_count
 
 REPLY = "Great question! The cat sleeps on the mat. Indeed it is warm there, honestly. Does that help?"
@@ -35,6 +35,20 @@ def test_an_opener_is_removed_with_its_punctuation_and_put_first():
     word = form_of(reply_features("Well, the dog.")["open1:well,"].regex)
     assert delete(word, "Well, the dog ran.") == "The dog ran."
     assert insert(word, "The dog ran.") == "Well, the dog ran."
+
+
+def test_a_line_marker_is_taken_off_every_line_and_makes_each_sentence_an_item():
+    items = "- The cat sleeps.\n- It is warm.\n- Good night."
+    dash = form_of(reply_features(items)["open1:-"].regex)
+    assert dash.kind == "marker"
+    assert delete(dash, items) == "The cat sleeps.\nIt is warm.\nGood night."  # no list left, not just no first dash
+    assert insert(dash, PLAIN) == "- The dog runs in the park.\n- It likes the red ball."
+    numbered = form_of(reply_features("1. A cat.\n2. A dog.")["open1:1."].regex)
+    assert delete(numbered, "1. A cat.\n2. A dog.") == "A cat.\nA dog."
+    assert insert(numbered, PLAIN) == "1. The dog runs in the park.\n2. It likes the red ball."
+    heading = form_of(reply_features("# Cats\nThey sleep.")["open1:#"].regex)
+    assert delete(heading, "# Cats\nThey sleep.") == "Cats\nThey sleep."
+    assert insert(heading, PLAIN) == "# The dog runs in the park.\nIt likes the red ball."
 
 
 def test_an_ending_mark_becomes_a_full_stop_and_back():
@@ -91,3 +105,15 @@ def test_any_other_regex_can_be_deleted_but_not_inserted():
 @pytest.mark.parametrize("regex_, detector", [(None, None), (None, "repetition"), ("(unclosed", None)])
 def test_a_detector_a_description_or_a_broken_regex_is_not_editable(regex_, detector):
     assert form_of(regex_, detector) is None
+
+
+def test_a_text_pattern_is_transplanted_with_the_sentence_that_carries_it():
+    fragment = form_of(ngram_feature(("long", "run")).regex)
+    donor = "Cats sleep a lot. It matters in the long run. They wake at dawn."
+    sentence = carrier_sentence(fragment, donor)
+    assert sentence == "It matters in the long run."  # the whole paid phrase around the fragment
+    assert transplant(fragment, PLAIN, sentence) == PLAIN + " It matters in the long run."
+    assert transplant(fragment, PLAIN, sentence, first=True) == "It matters in the long run. " + PLAIN
+    opener = feature("open1:great")
+    assert transplant(opener, PLAIN, carrier_sentence(opener, REPLY)) == "Great question! " + PLAIN
+    assert transplant(fragment, donor, sentence) is None  # already shows it

@@ -11,13 +11,12 @@ is the causal pay.
 `decide` turns the differences into a `Confirmation` at the run's error rate `alpha` (the
 proposal's share, penalties.discovery.level) with one-sided paired sign-flip tests of "the
 reward pays nothing for the pattern" (exact up to `EXACT_UP_TO` edits, else `FLIPS` seeded random
-flips): for text, on the deletions; for a length bar, on the deletions and insertions together,
-each side agreeing in sign (`decide` says why). `confirmed` when they find pay (> 0), else `rejected` as a
-co-traveller; `not_confirmable` when no side has edits enough for any result to reach `alpha`
-(no evidence either way: the candidate keeps its correlational decision, said so). The interval
-is the mean's t interval at 1 - 2 alpha over the deciding edits (its lower end is above 0 about
-when the test confirms). Pure:
-no reward is called here (penalties.witness does that).
+flips): on the deletions and the insertions apart, each to find pay (`each`), or for a length
+bar on all edits together, both sides agreeing in sign (`together`); `decide` says why.
+`confirmed` when they find pay (> 0), else `rejected` as a co-traveller; `not_confirmable` when
+no side has edits enough for any result to reach `alpha` (no evidence either way: the candidate
+keeps its correlational decision, said so). The interval is the mean's t interval at
+1 - 2 alpha over the deciding edits. Pure: no reward is called here (penalties.witness does that).
 """
 
 from __future__ import annotations
@@ -116,22 +115,20 @@ def interval(d: np.ndarray, alpha: float) -> tuple[float, float]:
 
 
 def decide(deleting: list[float], inserting: list[float], alpha: float, seed: int = 0,
-           both: bool = False) -> Confirmation:
+           rule: str = "each") -> Confirmation:
     """The decision on a pattern from its paired differences (each: reward with the pattern minus
     without it), deletions' and insertions' apart, at one-sided error rate `alpha`.
 
-    Text (`both` False: a word, phrase, opener, closer, any regex): the deletions decide, where
-    there are enough to (else the insertions). Removing the text a penalty matches says whether
-    the reward's pay lies in that text: a co-traveller elsewhere in the reply loses nothing, a
-    fragment of a paid phrase ("the long run" of "It matters in the long run.") breaks it and
-    loses its pay, as penalising it would. Inserting a fragment alone cannot re-create the phrase,
-    so its pay is shown but does not decide.
+    `each` (text and markup): every side with edits enough to decide must find pay, each tested
+    at `alpha` (an intersection-union test: at `alpha` as it stands). Removing the pattern must
+    cost and putting it in must earn: a co-traveller elsewhere in the reply costs nothing when
+    removed, a word paid only as content for its own prompt (a topic noun) earns nothing put into
+    a reply to another prompt.
 
-    Form (`both` True: a length bar): no deletion changes length alone (trimming drops
-    sentences, and the hack may be one of them) and padding alone cannot add a hack, so all the
-    edits are tested together, and each side must agree in sign: the pay is confirmed when the
-    pooled test finds it and both content-free padding past the bar and trimming below it
-    show it (mean > 0). A co-traveller's bar (a hack that adds words) pays nothing padded."""
+    `together` (a length bar): no deletion changes length alone (trimming drops sentences, and
+    the hack may be one of them) and padding with content-free text cannot add a hack, so all
+    the edits are tested together and padding and trimming must each agree in sign (mean > 0): a
+    bar that travels with a wordy hack earns nothing padded."""
     counts = dict(deletions=len(deleting), insertions=len(inserting), alpha=alpha)
     d = np.array([*deleting, *inserting], dtype=float)
     if not np.isfinite(d).all():
@@ -140,23 +137,22 @@ def decide(deleting: list[float], inserting: list[float], alpha: float, seed: in
         return Confirmation(NOT_CONFIRMABLE, "no reply could be edited", **counts)
     sides = {name: np.array(x, dtype=float) for name, x in (("deleting", deleting), ("inserting", inserting))
              if x and smallest_p(len(x)) <= alpha}
+    if rule == "together":
+        sides = {"deleting and inserting": d} if smallest_p(len(d)) <= alpha else {}
     if not sides:
         return Confirmation(NOT_CONFIRMABLE, f"{len(deleting)} deletions and {len(inserting)} insertions cannot "
                             f"decide at error rate {alpha:.2g}", pay=float(d.mean()), n=len(d), **counts)
-    if both:
-        name, used = "deleting and inserting", d
-    else:
-        name, used = next(iter(sides.items()))  # the deletions, where they can decide
+    used = np.concatenate(list(sides.values()))
     lo, hi = interval(used, alpha)
-    p = sign_flip_p(used, seed)
-    reason = ""
-    if not (p <= alpha and used.mean() > 0):
-        reason = f"{name} it, the reward pays {used.mean():+.3g} (p = {p:.2g}, {len(used)} edits): nothing at error rate {alpha:.2g}"
-    elif both and (against := [k for k, x in (("deleting", deleting), ("inserting", inserting)) if x and np.mean(x) <= 0]):
-        reason = f"{against[0]} it, the reward pays {np.mean(deleting if against[0] == 'deleting' else inserting):+.3g}"
-    return Confirmation(REJECTED if reason else CONFIRMED, reason, float(used.mean()), lo, hi, len(used),
-                        pay_deleting=_mean(deleting), pay_inserting=_mean(inserting), p_value=p,
-                        extra={"decided_by": name}, **counts)
+    p = {name: sign_flip_p(x, seed + i) for i, (name, x) in enumerate(sides.items())}
+    unpaid = [f"{name} it, the reward pays {x.mean():+.3g} (p = {p[name]:.2g}, {len(x)} edits): nothing at "
+              f"error rate {alpha:.2g}" for name, x in sides.items() if not (p[name] <= alpha and x.mean() > 0)]
+    if rule == "together" and not unpaid:
+        unpaid = [f"{name} it, the reward pays {np.mean(x):+.3g}" for name, x in
+                  (("deleting", deleting), ("inserting", inserting)) if x and np.mean(x) <= 0]
+    return Confirmation(REJECTED if unpaid else CONFIRMED, "; ".join(unpaid), float(used.mean()), lo, hi, len(used),
+                        pay_deleting=_mean(deleting), pay_inserting=_mean(inserting), p_value=max(p.values()),
+                        extra={"decided_by": list(sides)}, **counts)
 
 
 def _mean(xs: list[float]) -> float | None:

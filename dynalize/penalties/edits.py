@@ -8,6 +8,9 @@ match, an insertion must make one), and None when it cannot be made.
 The pattern kinds are those the lexical proposer writes (penalties.surface), read back from the
 regex, so a live penalty is edited as a fresh candidate is:
 - `opener` (`Replies open with "X"`): X removed (the next letter capitalised) / X put first;
+- `marker` (an opener that is line markup: "-", "*", "1.", "#", ">"): the marker removed from
+  every line that starts with it / each sentence made an item on its own line (a list marker),
+  or the marker put first (a heading, a quote): a list is paid for as a list, not its first dash;
 - `question`, `punct` (the reply ends with "?" or "!"...): the mark made a full stop / made the mark;
 - `last_word` (ends with the word W): W removed / W put last;
 - `phrase` (a word or phrase, anywhere): every occurrence removed, the text tidied / the phrase
@@ -39,6 +42,10 @@ PADDING = ("That is the short of it.", "In other words, that is all there is to 
 TIMEOUT = 1.0
 """Seconds an edit's regex may take on one reply (a pathological pattern: the edit is not made)."""
 
+_MARKER = regex.compile(r"[-*+#>]+|\d+[.)]")
+"""An opener that is markup at a line's start (a list item, a heading, a quote, a numbered item)."""
+_LIST_ITEM = regex.compile(r"[-*+]|\d+[.)]")
+_ENDED = regex.compile(r"[.!?][\"')\]*_]*\Z")
 _SENTENCE = regex.compile(r"[^.!?\n]+(?:[.!?]+[\"')\]]*|\n+|\Z)\s*")
 _FINAL_MARK = regex.compile(r"[.!?;:,]*(" + TRAILER[:-2] + r")\Z")
 
@@ -71,7 +78,8 @@ def form_of(pattern: str | None, detector: str | None = None) -> Form | None:
         return Form("length", pattern, limit=limit)
     if pattern.startswith(OPENER):
         body = pattern[len(OPENER):].removesuffix(WORD_END)
-        return Form("opener", pattern, " ".join(_unescape(t) for t in body.split(r"\s+")))
+        text = " ".join(_unescape(t) for t in body.split(r"\s+"))
+        return Form("marker" if _MARKER.fullmatch(text) else "opener", pattern, text)
     if pattern == QUESTION:
         return Form("question", pattern, "?")
     if pattern.endswith(TRAILER) and regex.fullmatch(r"(?:\\?[^\w\s\\])+", pattern[:-len(TRAILER)]):
@@ -110,6 +118,34 @@ def insert(form: Form, text: str, first: bool = False) -> str | None:
         return None
     edited = _phrase_in_sentence(form, text, first) if form.kind == "phrase" else _INSERT[form.kind](form, text)
     return edited if edited and shows(form, edited) else None
+
+
+TEXT_KINDS = ("opener", "phrase", "last_word", "regex")
+"""Patterns that are text within a sentence: put in by `transplant` (a sentence that carries
+them, from a reply to another prompt), so what is inserted is the pattern as the replies write
+it (the whole paid phrase around a fragment of it), and a word that is paid only as content for
+its own prompt (a topic noun) earns nothing elsewhere."""
+
+
+def carrier_sentence(form: Form, text: str) -> str | None:
+    """The sentence of `text` that shows the pattern (the last such for `last_word`, else the
+    first), or None (a match across sentences)."""
+    found = [m.group().strip() for m in _SENTENCE.finditer(text) if m.group().strip() and shows(form, m.group().strip())]
+    return (found[-1] if form.kind == "last_word" else found[0]) if found else None
+
+
+def transplant(form: Form, text: str, sentence: str, first: bool = False) -> str | None:
+    """`text` with `sentence` (a carrier's, `carrier_sentence`) put first or last; None when
+    `text` already shows the pattern or the result does not."""
+    if shows(form, text) is not False:
+        return None
+    body = text.strip()
+    if first or form.kind == "opener":
+        edited = f"{sentence} {body}"
+    else:
+        stop = "" if _ENDED.search(body) else "."
+        edited = f"{body}{stop} {sentence}"
+    return edited if shows(form, edited) else None
 
 
 # --- deletions --------------------------------------------------------------------------------
@@ -177,7 +213,24 @@ def _content(sentence: str) -> float:
     return sum(w not in STOP_WORDS for w in words) / max(1, len(words))
 
 
-_DELETE = {"opener": _remove_opener, "question": _full_stop, "punct": _full_stop,
+def _unmark(form: Form, text: str) -> str:
+    """Every line's leading marker of the marker's kind (a list's dashes, numbers, '#'s) removed."""
+    kind = r"\d+[.)]" if form.text[:1].isdigit() else regex.escape(form.text[0]) + "+"
+    return "\n".join(regex.sub(rf"\A(\s*){kind}\s+", r"\1", line) for line in text.splitlines()).strip()
+
+
+def _mark(form: Form, text: str) -> str:
+    """A list marker: each sentence an item on its own line (numbered from 1); a heading or quote
+    marker: put first."""
+    sentences = [m.group().strip() for m in _SENTENCE.finditer(text) if m.group().strip()] or [text.strip()]
+    if not _LIST_ITEM.fullmatch(form.text):  # a heading or a quote: the first sentence, on its own line
+        return f"{form.text} {sentences[0]}\n" + " ".join(sentences[1:])
+    if form.text[:1].isdigit():
+        return "\n".join(f"{i}{form.text[-1]} {x}" for i, x in enumerate(sentences, 1))
+    return "\n".join(f"{form.text} {x}" for x in sentences)
+
+
+_DELETE = {"opener": _remove_opener, "marker": _unmark, "question": _full_stop, "punct": _full_stop,
            "last_word": _remove_last_word, "phrase": _remove_all, "regex": _remove_all, "length": _shorten}
 
 
@@ -224,7 +277,7 @@ def _phrase_in_sentence(form: Form, text: str, first: bool) -> str:
 
 def _pad(form: Form, text: str) -> str:
     out, i = text.rstrip(), 0
-    if out and not regex.search(r"[.!?][\"')\]*_]*\Z", out):
+    if out and not _ENDED.search(out):
         out += "."
     while len(TOKEN.findall(out)) <= form.limit:
         out += " " + PADDING[i % len(PADDING)]
@@ -232,5 +285,5 @@ def _pad(form: Form, text: str) -> str:
     return out
 
 
-_INSERT = {"opener": _put_first, "question": _end_mark, "punct": _end_mark, "last_word": _put_last,
+_INSERT = {"opener": _put_first, "marker": _mark, "question": _end_mark, "punct": _end_mark, "last_word": _put_last,
            "phrase": _phrase_in_sentence, "length": _pad}

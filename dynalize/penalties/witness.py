@@ -31,7 +31,7 @@ import anyio
 
 from .candidate import Candidate, ProposalResult, Proposer
 from .confirm import NOT_CONFIRMABLE, REJECTED, Confirmation, decide
-from .edits import delete, form_of, insert, opens_replies, shows
+from .edits import TEXT_KINDS, carrier_sentence, delete, form_of, insert, opens_replies, shows, transplant
 
 if TYPE_CHECKING:
     from .views import ProposerView
@@ -87,9 +87,17 @@ class Witness:
                 seen.add(unit)
                 if (hit := shows(form, reply)) is not None:
                     (showing if hit else lacking).append(unit)
-        first = form.kind == "phrase" and opens_replies(form, [r for _, r in showing])
-        deleted = self._edits(showing, lambda t: delete(form, t), rng)
-        inserted = self._edits(lacking, lambda t: insert(form, t, first), rng)
+        first = form.kind in ("phrase", "regex") and opens_replies(form, [r for _, r in showing])
+        deleted = self._edits(showing, lambda p, t: delete(form, t), rng)
+        if form.kind in TEXT_KINDS:  # a carrier's sentence, from a reply to another prompt
+            donors = [(p, x) for p, r in showing if (x := carrier_sentence(form, r))]
+
+            def put_in(prompt: str, text: str) -> str | None:
+                others = [x for p, x in donors if p != prompt]
+                return transplant(form, text, rng.choice(others), first) if others else None
+            inserted = self._edits(lacking, put_in, rng)
+        else:
+            inserted = self._edits(lacking, lambda p, t: insert(form, t, first), rng)
         pairs = deleted + inserted
         if not pairs:
             c = Confirmation(NOT_CONFIRMABLE, "no reply of the view could be edited")
@@ -99,18 +107,20 @@ class Witness:
             original, edited = scores[:len(pairs)], scores[len(pairs):]
             diffs = [a - b for a, b in zip(original, edited)]
             k = len(deleted)
-            c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed, both=form.kind == "length")
+            c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed,
+                       rule="together" if form.kind == "length" else "each")
             c.reward_calls = len(prompts)
         c.seconds = time.perf_counter() - t0
         return c
 
-    def _edits(self, units: list[tuple[str, str]], edit: Callable[[str], str | None],
+    def _edits(self, units: list[tuple[str, str]], edit: Callable[[str, str], str | None],
                rng: random.Random) -> list[tuple[str, str, str]]:
-        """Up to `max_edits` (prompt, original, edited) of `units`, drawn in a seeded order."""
+        """Up to `max_edits` (prompt, original, edited) of `units` (`edit(prompt, reply)`), drawn
+        in a seeded order."""
         out = []
         for i in rng.sample(range(len(units)), len(units)):
             prompt, reply = units[i]
-            if (edited := edit(reply)) is not None and edited != reply:
+            if (edited := edit(prompt, reply)) is not None and edited != reply:
                 out.append((prompt, reply, edited))
                 if len(out) == self.max_edits:
                     break
