@@ -21,6 +21,8 @@ regex, so a live penalty is edited as a fresh candidate is:
   sentences (`PADDING`) appended past L words. The content is held fixed as far as a length can
   be: what is measured is the pay for length itself, not for what longer replies say;
 - `regex` (any other regex, e.g. an LLM proposer's): its matches removed; no insertion.
+Text patterns (`TEXT_KINDS`) are also put in by `transplant`: the sentence that carries them in
+another reply (`carrier_sentence`), which confirmation uses (penalties.witness).
 A detector's pattern, or a penalty with no regex (an LLM's free description), is not editable
 (`form_of` returns None): its decision stays correlational.
 """

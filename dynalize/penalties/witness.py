@@ -1,7 +1,8 @@
 """The reward as its own witness: a candidate penalty is confirmed by scoring edited replies.
 
 `Witness.check` takes up to `max_edits` replies of the proposal's view that show the candidate's
-pattern and up to as many that lack it (seeded), edits them (penalties.edits), scores originals
+pattern and up to as many that lack it (seeded), edits them (penalties.edits: a text pattern is
+put in by transplanting a carrier's sentence from a reply to another prompt), scores originals
 and edits with the reward in one call, and decides on the paired differences (penalties.confirm).
 
 `ConfirmingProposer` puts that check between a proposer and the buffer: the lexical proposer
