@@ -15,8 +15,9 @@ checked per proposal (each costs up to 4 x `max_edits` reward calls). The check 
 proposal, in the background with it: training never waits on it.
 
 A reward is `RewardFn`: `f(prompts, completions) -> list[float]`, one number per completion,
-called from a worker thread; a failure raises, and fails the proposal (counted, and a run stops
-after `max_failed_proposals` in a row): never a silent fallback to the correlational decision.
+called from a worker thread; a failure (after the reward's own retries) fails the proposal and
+stops the run with one line (`ConfirmingProposer.failure`, PenaltyTerm.stop_reason): never a
+silent fallback to the correlational decision.
 """
 
 from __future__ import annotations
