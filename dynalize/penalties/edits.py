@@ -10,7 +10,8 @@ regex, so a live penalty is edited as a fresh candidate is:
 - `opener` (`Replies open with "X"`): X removed (the next letter capitalised) / X put first;
 - `marker` (an opener that is line markup: "-", "*", "1.", "#", ">"): the marker removed from
   every line that starts with it / each sentence made an item on its own line (a list marker),
-  or the marker put first (a heading, a quote): a list is paid for as a list, not its first dash;
+  or the first sentence made a line of its own behind the marker (a heading, a quote): a list
+  is paid for as a list, not its first dash;
 - `question`, `punct` (the reply ends with "?" or "!"...): the mark made a full stop / made the mark;
 - `last_word` (ends with the word W): W removed / W put last;
 - `phrase` (a word or phrase, anywhere): every occurrence removed, the text tidied / the phrase
@@ -108,7 +109,10 @@ def delete(form: Form, text: str) -> str | None:
     leaves a reply without it."""
     if not shows(form, text):
         return None
-    edited = _DELETE[form.kind](form, text)
+    try:
+        edited = _DELETE[form.kind](form, text)
+    except TimeoutError:  # a pathological regex on this reply: no edit, as `shows` says
+        return None
     return edited if edited and edited.strip() and shows(form, edited) is False else None
 
 
