@@ -100,11 +100,25 @@ def penalty_rows(cfg: RunConfig) -> list[tuple[str, str, str]]:
              f"planted {label}" if label else "matches no planted feature") for p, label in zip(penalties, found)]
 
 
+def confirmation_rows(cfg: RunConfig) -> list[tuple[str, str, str]]:
+    """One row per penalty the run added, with what scoring edited replies with the run's reward
+    said of it (penalties.confirm), when the run confirmed any; no rows otherwise."""
+    from .penalties.confirm import confirmation_text
+
+    path = RunDir(cfg.run_dir).root / "penalties.jsonl"
+    added = [e for e in read_jsonl(path) if e.get("event") == "add"] if path.exists() else []
+    if not any("confirmation" in e for e in added):
+        return []
+    return [(f"penalty {e['id']}: {e.get('title', '')[:48]}", f"step {e.get('step', '?')}",
+             confirmation_text(e.get("confirmation"))) for e in added]
+
+
 def summary_table(cfg: RunConfig, history: list[dict[str, Any]], missing: list[str] | None = None) -> Table:
     t = Table(title=f"dynalize run {cfg.name!r}  ({cfg.run_dir})")
     t.add_column("metric")
     t.add_column("first", justify="right")
     t.add_column("last", justify="right")
-    for row in [*summary_rows(history, cfg.run_dir, missing), *penalty_rows(cfg)] if history else []:
+    for row in [*summary_rows(history, cfg.run_dir, missing), *penalty_rows(cfg), *confirmation_rows(cfg)] \
+            if history else []:
         t.add_row(*row)
     return t

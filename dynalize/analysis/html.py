@@ -29,6 +29,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
+from ..penalties.confirm import confirmation_text
 from ..runlog import read_jsonl, write_text_atomic
 from ..types import Penalty
 from .html_rubric import criteria_texts, held_out, is_rubric_run, rollout_rubric, rubric_figure
@@ -213,8 +214,9 @@ def penalty_section(run: Run, history: PenaltyHistory) -> str:
             else "<span class=\"note\">LLM judge</span>",
             f"<details><summary>{len(p.references)}</summary>{e(refs)}</details>" if refs else "0",
             e(events_text(history.intervals.get(pid, []))),
-            f"{prev[-1]:.0%} (max {max(prev):.0%})" if prev else "n/a"])
-    header = ["id", "title", "description", "regex", "references", "steps", "prevalence (last)"]
+            f"{prev[-1]:.0%} (max {max(prev):.0%})" if prev else "n/a",
+            e(confirmation_text(history.confirmations.get(pid)))])
+    header = ["id", "title", "description", "regex", "references", "steps", "prevalence (last)", "edited replies"]
     return (f"<h3>{e(run.name)}</h3>" + svg_image(penalty_timeline_figure(run, history), f"{run.name}: penalties")
             + table(header, rows, "penalties"))
 

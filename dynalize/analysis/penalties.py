@@ -22,6 +22,9 @@ class PenaltyHistory:
     penalties: dict[str, Penalty]
     intervals: dict[str, list[tuple[int, int | None]]] = field(default_factory=dict)
     prevalence: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    confirmations: dict[str, dict | None] = field(default_factory=dict)
+    """What scoring edited replies with the reward said of each penalty when it entered
+    (penalties.confirm; None: not confirmed, correlational only)."""
 
     def active_at_end(self) -> list[Penalty]:
         return [p for pid, p in self.penalties.items()
@@ -44,6 +47,7 @@ def penalty_history(run: Run) -> PenaltyHistory:
     penalties: dict[str, Penalty] = {}
     intervals: dict[str, list[tuple[int, int | None]]] = {}
     prevalence: dict[str, list[tuple[int, float]]] = {}
+    confirmations: dict[str, dict | None] = {}
     for e in events:
         kind, step, pid = e.get("event"), int(e.get("step", 0)), e.get("id")
         if kind == "add" and pid:
@@ -51,8 +55,10 @@ def penalty_history(run: Run) -> PenaltyHistory:
                                      references=list(e.get("references") or []), regex=e.get("regex"),
                                      created_step=step, detector=e.get("detector"))
             intervals[pid] = [(step, None)]
+            confirmations[pid] = e.get("confirmation")
         elif kind == "revive" and pid in intervals:
             penalties[pid].active = True
+            confirmations[pid] = e.get("confirmation", confirmations.get(pid))
             if "regex" in e:  # a revival may carry the proposing candidate's regex
                 penalties[pid].regex = e["regex"]
             intervals[pid].append((step, None))
@@ -64,7 +70,7 @@ def penalty_history(run: Run) -> PenaltyHistory:
                 prevalence.setdefault(k, []).append((step, float(v)))
     if not prevalence:
         prevalence = _from_metrics(run)
-    return PenaltyHistory(penalties, intervals, prevalence)
+    return PenaltyHistory(penalties, intervals, prevalence, confirmations)
 
 
 def _from_metrics(run: Run) -> dict[str, list[tuple[int, float]]]:

@@ -15,7 +15,8 @@ summary.json and report.html as it goes (`Watch`). Nothing is written before the
 Exit status: 0 no discovered pattern is live at the last step, and the latest proposal could have
 seen one; 10 one or more are (the reward pays for them now); 11 none is live but the evidence is
 insufficient (too few groups or rollouts, rewards tied within groups, or no proposal yet: the line
-says which); 2 bad input, an unusable --out or a file system error (one line); 3 the judge or proposer kept failing (the line says which);
+says which); 2 bad input, an unusable --out or --reward, or a file system error (one line); 3 the judge,
+the proposer or the --reward kept failing (the line says which);
 1 an unexpected error; 130 interrupted (what was monitored is kept).
 """
 
@@ -74,6 +75,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="`lexical` (LLM-free, default) or an LLM as a chat-model JSON object or YAML file")
     ap.add_argument("--judge", default=None, metavar="regex|SPEC",
                     help="`regex` (default: penalties need a regex) or an LLM judge (chat-model JSON or YAML file)")
+    ap.add_argument("--reward", default=None, metavar="MODULE:FUNCTION|URL",
+                    help="the run's reward (a TRL reward function, or an HTTP endpoint): each discovered pattern is "
+                    "then confirmed by scoring replies edited to remove or add it (docs/monitor.md)")
     ap.add_argument("--every", type=int, help="propose every K monitored steps (step %% K == 0; default 5)")
     ap.add_argument("--merge-steps", type=int, default=1, metavar="K",
                     help="monitor K consecutive logged steps as one (small logged batches, OpenRLHF's one sample a step)")
@@ -209,6 +213,12 @@ class Watch:
                                                 growing=args.follow)
         if (problem := out_problem(args.out, args.rollouts)) is not None:
             raise MonitorInputError(f"monitor: {problem}")
+        self.reward = None
+        if args.reward is not None:  # checked before anything is written, as a judge's endpoint is
+            from .reward import load_reward, preflight
+
+            self.reward = load_reward(args.reward)
+            preflight(self.reward, args.reward)
         try:  # one writer per folder (dynalize.folderlock): the folder is made, empty, to hold the lock
             self.lock = hold_folder(args.out, "monitor folder --out")
         except ConfigError as e:  # held by another process
@@ -219,6 +229,8 @@ class Watch:
             self.lock.release(remove_created=True)
             raise
         self.m: Monitor | None = None if isinstance(opened, PenaltiesConfig) else opened
+        if self.m is not None:
+            self.confirm(self.m)
         self.cfg = opened if self.m is None else self.m.cfg
         self.last_signature: tuple | None = None
         self.said: set[str] = set()
@@ -261,6 +273,7 @@ class Watch:
             from .replay import Monitor
 
             self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
+            self.confirm(self.m)
             self.m.start(source_of(self.args))
         if follow and (line := self.vanished().check(reading.files, set(self.m.done))):  # a rotating writer
             console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)  # one line, never wrapped
@@ -269,6 +282,17 @@ class Watch:
         if n and follow:
             write_outputs(self.m, self.args)
         return n
+
+    def confirm(self, m: Monitor) -> None:
+        """With --reward: every candidate the proposer offers is confirmed with it (penalties.witness)."""
+        if self.reward is None:
+            return
+        from ..penalties.discovery import level
+        from ..penalties.witness import ConfirmingProposer, Witness
+
+        lexical = m.cfg.proposer.lexical
+        m.term.proposer = ConfirmingProposer(m.term.proposer, Witness(self.reward, seed=self.args.seed),
+                                             lambda k: level(lexical, k))
 
     def vanished(self) -> VanishedSteps:
         """The steps whose files vanished before they were read (vanished.py), for this invocation."""
@@ -337,13 +361,14 @@ def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
     import json
 
     from .outdir import write_atomic
-    from .summary import last_evidence, patterns, summary_json
+    from .summary import co_travellers, last_evidence, patterns, summary_json
 
     from .vanished import with_vanished
 
     last, found = patterns(m.out)
     evidence = last_evidence(m.out)
-    write_atomic(m.out / "summary.json", json.dumps(with_vanished(summary_json(last, found, evidence), m.out), indent=1))
+    summary = summary_json(last, found, evidence, co_travellers(m.out))
+    write_atomic(m.out / "summary.json", json.dumps(with_vanished(summary, m.out), indent=1))
     if not args.no_html and last is not None:
         from ..analysis.html import render_page
         from ..analysis.runs import Run
@@ -352,11 +377,13 @@ def write_outputs(m: Monitor, args: argparse.Namespace) -> None:
 
 
 def report(m: Monitor, args: argparse.Namespace) -> int:
-    from .summary import exit_status, last_evidence, patterns, summary_table, verdict
+    from .summary import co_travellers, exit_status, last_evidence, patterns, summary_table, verdict
 
     last, found = patterns(m.out)
     evidence = last_evidence(m.out)
     console().print(summary_table(last, found))
+    for c in co_travellers(m.out):  # what the reward's confirmation kept out of the buffer
+        console().print(f"step {c['step']}: {c['title']!r} {c['said']}", highlight=False, soft_wrap=True)
     console().print(verdict(last, found, evidence))
     from .vanished import note
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
+from ..penalties.confirm import CONFIRMED, confirmation_text
 from ..runlog import read_jsonl
 
 LIVE_EXIT = 10
@@ -39,6 +40,15 @@ def last_evidence(out: Path) -> dict[str, Any] | None:
     latest = next(r for r in reversed(recent) if (r.get("state") == "insufficient") == (state == "insufficient"))
     evidence = {**latest, "recent": f"{len(weak)} of the latest {len(recent)} proposal(s) insufficient"}
     return late_start(evidence, first_step(out))
+
+
+def co_travellers(out: Path) -> list[dict[str, Any]]:
+    """Every candidate the reward's confirmation rejected (penalties.witness), with the step of its
+    proposal and what edited replies said (`rejected: co-traveller (pay ...)`)."""
+    path = out / "evidence.jsonl"
+    rows = read_jsonl(path) if path.exists() else []
+    return [{"step": r.get("step"), **c, "said": confirmation_text(c.get("confirmation"))}
+            for r in rows for c in r.get("co_travellers") or []]
 
 
 def first_step(out: Path) -> int | None:
@@ -105,6 +115,11 @@ class Pattern:
     measure any more, so the last measurable one is kept."""
     reward_gap_step: int | None = None
     """The step `reward_gap` was measured at (the last step, unless the gap was not measurable there)."""
+    confirmation: dict[str, Any] | None = None
+    """What scoring edited replies with the reward said when it entered (penalties.confirm), or
+    None: not confirmed (no reward given), correlational only."""
+    confirmed: str = ""
+    """That, in words (penalties.confirm.confirmation_text)."""
 
 
 def patterns(out: Path) -> tuple[int | None, list[Pattern]]:
@@ -117,12 +132,15 @@ def patterns(out: Path) -> tuple[int | None, list[Pattern]]:
         pid = e.get("id")
         if e.get("event") == "add":
             found[pid] = Pattern(pid, e.get("title", ""), e.get("regex"), e.get("description", ""),
-                                 int(e.get("proposed_at", e["step"])), e["step"], True, None, None, None)
+                                 int(e.get("proposed_at", e["step"])), e["step"], True, None, None, None,
+                                 confirmation=e.get("confirmation"))
         elif pid in found and e.get("event") == "retire":
             found[pid].live, found[pid].retired_at = False, e["step"]
         elif pid in found and e.get("event") == "revive":
             found[pid].live, found[pid].retired_at = True, None
+            found[pid].confirmation = e.get("confirmation", found[pid].confirmation)
     for p in found.values():
+        p.confirmed = confirmation_text(p.confirmation)
         prev = last.get(f"penalty/{p.id}/prevalence")
         p.prevalence = float(prev) if isinstance(prev, int | float) else None
         key = f"penalty/{p.id}/reward_gap"
@@ -151,19 +169,26 @@ def verdict(last_step: int | None, found: list[Pattern], evidence: dict[str, Any
         could = f" (it could see effects of {size:.2f} reward stds and more)" if isinstance(size, int | float) else ""
         return f"no discovered pattern is live at step {last_step}{retired}; latest proposal at step {evidence.get('step')}{could}"
     first = min(p.since for p in live)
-    names = "; ".join(f"{p.title!r} since step {p.since}" for p in sorted(live, key=lambda p: p.since))
-    return f"{len(live)} pattern(s) the reward pays for are live at step {last_step}, the first since step {first}: {names}"
+    names = "; ".join(f"{p.title!r} since step {p.since} ({p.confirmed or confirmation_text(p.confirmation)})"
+                      for p in sorted(live, key=lambda p: p.since))
+    confirmed = sum((p.confirmation or {}).get("state") == CONFIRMED for p in live)
+    how = (f"the reward pays for all {len(live)} itself, edited replies show" if confirmed == len(live) else
+           f"{confirmed} of them confirmed by edited replies, the rest correlational only" if confirmed else
+           "none confirmed by edited replies: correlational only")
+    return (f"{len(live)} pattern(s) the reward pays for are live at step {last_step} ({how}), "
+            f"the first since step {first}: {names}")
 
 
 def summary_table(last_step: int | None, found: list[Pattern]) -> Table:
     t = Table(title=f"Discovered patterns (last monitored step: {last_step})")
-    for col in ("id", "pattern", "since", "entered", "status", "prevalence now", "reward gap now"):
+    for col in ("id", "pattern", "since", "entered", "status", "prevalence now", "reward gap now", "edited replies"):
         t.add_column(col)
     for p in found:
         status = "live" if p.live else f"retired at {p.retired_at}"
         what = f"{p.title}" + (f"  [dim]/{p.regex}/[/]" if p.regex else "")
         prev = "—" if p.prevalence is None else f"{p.prevalence:.0%}"
-        t.add_row(p.id, what, str(p.since), str(p.entered), status, prev, gap_text(p, last_step))
+        t.add_row(p.id, what, str(p.since), str(p.entered), status, prev, gap_text(p, last_step),
+                  p.confirmed or confirmation_text(p.confirmation))
     return t
 
 
@@ -177,6 +202,8 @@ def gap_text(p: Pattern, last_step: int | None) -> str:
     return f"{p.reward_gap:+.3f} (last measurable, step {p.reward_gap_step})"
 
 
-def summary_json(last_step: int | None, found: list[Pattern], evidence: dict[str, Any] | None = None) -> dict[str, Any]:
+def summary_json(last_step: int | None, found: list[Pattern], evidence: dict[str, Any] | None = None,
+                 rejected: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What summary.json holds; `rejected`: the candidates confirmation rejected (`co_travellers`)."""
     return {"last_step": last_step, "verdict": verdict(last_step, found, evidence), "live": sum(p.live for p in found),
-            "evidence": evidence, "patterns": [asdict(p) for p in found]}
+            "evidence": evidence, "patterns": [asdict(p) for p in found], "co_travellers": rejected or []}

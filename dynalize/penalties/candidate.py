@@ -30,6 +30,9 @@ class Candidate:
     keep_regex: str = "penalty"
     regex_reason: str = ""
     detector: str | None = None
+    confirmation: dict[str, Any] | None = None
+    """What scoring edited replies with the reward said of it (penalties.confirm.Confirmation as a
+    dict); None when it was not checked (no reward to call)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +67,11 @@ class ProposalResult:
     evidence_reason: str = ""
     detectable: float = float("inf")
     """The smallest effect (within-group reward stds) the proposal's test could detect."""
+    reward_calls: int = 0
+    """Replies the reward scored to confirm candidates (penalties.witness), and the seconds it took."""
+    confirm_seconds: float = 0.0
+    co_travellers: list[dict[str, Any]] = field(default_factory=list)
+    """Candidates the reward's confirmation rejected: title, regex and the Confirmation as a dict."""
 
     @property
     def ok(self) -> bool:

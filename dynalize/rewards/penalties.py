@@ -216,6 +216,8 @@ class PenaltyTerm(RewardTerm):
         judge = self.judge.window.stop_reason("penalties.judge.max_failure_rate", self.judge.last_error)
         if judge:
             return judge
+        if failure := getattr(self.proposer, "failure", None):  # the reward confirming candidates (penalties.witness)
+            return failure
         if self._proposer_gave_up():
             return (f"the proposer failed its last {self._proposals_failed_in_a_row} proposals "
                     f"(penalties.proposer.max_failed_proposals={p.max_failed_proposals}); "
@@ -305,10 +307,15 @@ class PenaltyTerm(RewardTerm):
         self._proposer_error = " ".join(str(result.error).split())[:300] if not result.ok else None
         self._count("proposer/candidates", result.candidates)
         self._count("proposer/regex_timeouts", result.regex_timeouts)
+        if result.reward_calls:  # confirmation (penalties.witness): the reward's cost, counted as the judge's
+            self._count("confirm/reward_calls", result.reward_calls)
+            self._count("confirm/seconds", result.confirm_seconds)
         if result.ok:
             self._count("proposer/insufficient", float(result.evidence == "insufficient"))
             self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
                              "detectable": result.detectable if math.isfinite(result.detectable) else None}
+            if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
+                self.evidence["co_travellers"] = result.co_travellers
         for reason, n in result.rejected.items():
             self._count(f"proposer/rejected/{reason}", n)
         if not result.ok:
@@ -326,7 +333,8 @@ class PenaltyTerm(RewardTerm):
             result = self.pending.pop(0)
             assert result.accepted is not None
             try:
-                p = self.buffer.add(result.accepted, step, proposed_at=result.step)
+                confirmed = {"confirmation": result.accepted.confirmation} if result.accepted.confirmation else {}
+                p = self.buffer.add(result.accepted, step, proposed_at=result.step, **confirmed)
             except PenaltyBufferError as e:
                 self._count("proposer/apply_refused")
                 log.warning("proposer.apply_refused", step=output_step(step), error=str(e))
