@@ -32,6 +32,7 @@ from .config import LexicalConfig
 from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
+from .sequential import sequential_null
 from .surface import Feature, length_feature, length_limit
 from .views import ViewSample, prompt_group
 
@@ -121,17 +122,23 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     perms = within_permutations(groups, cfg.permutations, _seed(step, "within"))
     is_length = np.array([c.feature.kind == "length" for c in keep], dtype=bool)
     x = indicator(rows, len(samples))
-    # one null for every score: the same permutations, the max over every candidate
-    z, null = np.full(len(keep), np.nan), np.full((len(keep), cfg.permutations), np.nan)
     plain = is_length | _collinear(x, sizes, groups) if cfg.length_adjusted else np.ones(len(keep), dtype=bool)
     wording = _wording(keep) & (topical is not None)
-    for at_length in (False, True):  # each candidate's reward: net of length (~plain), of relevance (wording)
-        for at_relevance in (False, True):
-            mask = (plain != at_length) & (wording == at_relevance)
-            if mask.any():
-                net_of = [sizes] * at_length + [topical] * at_relevance
-                scores = residuals(y, np.column_stack(net_of), groups) if net_of else y
-                z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], scores, groups, perms)
+
+    def nulls(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        # one null for every score: the same permutations, the max over every candidate
+        z, null = np.full(len(keep), np.nan), np.full((len(keep), hi - lo), np.nan)
+        for at_length in (False, True):  # each candidate's reward: net of length (~plain), of relevance (wording)
+            for at_relevance in (False, True):
+                mask = (plain != at_length) & (wording == at_relevance)
+                if mask.any():
+                    net_of = [sizes] * at_length + [topical] * at_relevance
+                    scores = residuals(y, np.column_stack(net_of), groups) if net_of else y
+                    z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], scores, groups, perms[lo:hi])
+        return z, null
+
+    # as many permutations as the decision needs (penalties.sequential: the fixed count's decisions)
+    z, null = sequential_null(nulls, cfg.permutations, [(np.arange(len(keep)), alpha)])
     within = step_down(z, null, alpha)
     evidence = _evidence(y, groups, prompts, within.critical, cfg)
     ok = within.passes(alpha)
