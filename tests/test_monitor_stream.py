@@ -40,7 +40,7 @@ def test_a_one_off_replay_holds_one_steps_rows_whatever_the_runs_length(tmp_path
     step = Monitor.step
 
     async def counting(self, s, rows):
-        held.append(sum(isinstance(o, MonitoredRollout) for o in gc.get_objects()))
+        held.append(sum(type(o) is MonitoredRollout for o in gc.get_objects()))
         return await step(self, s, rows)
 
     monkeypatch.setattr(Monitor, "step", counting)
