@@ -72,7 +72,13 @@ _TRAILING = regex.compile(r"[\s\"')\]*_]+\Z")
 """What may follow a reply's last mark: space, closing quotes and brackets, markdown emphasis."""
 
 
-@lru_cache(maxsize=1 << 18)
+NGRAM_CACHE = 1 << 16
+"""N-gram patterns kept between proposals: about two proposals' testable n-grams at 64 x 16 x 5
+replies (some 30,000 each), about 50 MB. A cache as large as 2^18 held 200 MB once full, which a
+long run's monitor filled: its peak memory grew with the run's length (benchmarks/monitor_scale.py)."""
+
+
+@lru_cache(maxsize=NGRAM_CACHE)
 def ngram_feature(gram: tuple[str, ...]) -> Feature:
     """The pattern of a lower-cased word n-gram (built once per n-gram: a batch repeats them)."""
     body = r"\W+".join(regex.escape(w) for w in gram)
