@@ -211,7 +211,7 @@ def view_features(samples: Sequence[ViewSample], reference: Sequence[ViewSample]
     rows = np.bincount(view_keys, minlength=len(names))
     span = int(groups.max(initial=0)) + 1
     pairs = np.sort(view_keys * span + groups[view_samples])  # (key, group), each once after the sort
-    spread = np.bincount(pairs[np.r_[True, pairs[1:] != pairs[:-1]]] // span, minlength=len(names))
+    spread = np.bincount(pairs[_firsts(pairs)] // span, minlength=len(names))
     testable = (rows >= min_groups) & (spread >= min_groups)
     positive = np.array([s.sign == "+" for s in samples], dtype=bool)
     now = _indices(view_keys, view_samples, testable, names)
@@ -219,12 +219,12 @@ def view_features(samples: Sequence[ViewSample], reference: Sequence[ViewSample]
     paid = np.bincount(view_keys, weights=positive[view_samples], minlength=len(names))
     features: dict[str, Feature] = {}
     shown: dict[str, Counter[str]] = {}
-    for number_ in np.flatnonzero(testable):
-        k = names[number_]
+    for at in np.flatnonzero(testable):
+        k = names[at]
         first = keys[samples[now[k][0]].id][k]
         features[k] = feature_of(k, first)
         if first is NGRAM:  # written one way: its key's words
-            if n := int(paid[number_]):
+            if n := int(paid[at]):
                 shown[k] = Counter({features[k].shown: n})
         elif by := Counter(shown_of(k, keys[samples[i].id][k]) for i in now[k] if positive[i]):
             shown[k] = by
@@ -237,9 +237,14 @@ def _indices(key_of: np.ndarray, sample_of: np.ndarray, wanted: np.ndarray, name
     key_of, sample_of = key_of[keep], sample_of[keep]
     order = np.argsort(key_of, kind="stable")  # by key, each key's samples in their order
     key_of, sample_of = key_of[order], sample_of[order]
-    starts = np.flatnonzero(np.r_[True, key_of[1:] != key_of[:-1]]) if len(key_of) else np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(_firsts(key_of))
     flat, bounds = sample_of.tolist(), [*starts.tolist(), len(key_of)]
     return {names[k]: flat[a:b] for k, a, b in zip(key_of[starts].tolist(), bounds, bounds[1:])}
+
+
+def _firsts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array starts (a mask; empty for an empty array)."""
+    return np.r_[True, ordered[1:] != ordered[:-1]] if len(ordered) else np.zeros(0, dtype=bool)
 
 
 def length_feature(words: int) -> Feature:
