@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="10^4 rows only, one-off and following (CI)")
     ap.add_argument("--sizes", default="10000,100000,1000000", help="rows of the one-off runs")
     ap.add_argument("--follow-sizes", default=None, help="rows of the --follow runs (default: the sizes "
-                    "up to 10^5: one poll reads the whole log)")
+                    "up to 10^5, for the benchmark's time: a poll reads only the lines appended since the last)")
     ap.add_argument("--chunks", type=int, default=10, help="--follow: appends of the log")
     ap.add_argument("--against", type=Path, default=None, metavar="CHECKOUT",
                     help="also run each one-off size with the code of another checkout (e.g. `git worktree add "

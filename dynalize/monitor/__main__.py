@@ -37,6 +37,7 @@ from ..penalties.config import PenaltiesConfig
 if TYPE_CHECKING:  # the replay (numpy, scipy) is loaded after the arguments are parsed (`--help` stays quick)
     from .readers import MonitoredRollout, Reading
     from .replay import Monitor
+    from .stream import LogTail
     from .vanished import VanishedSteps
 
 MONITOR_DEFAULTS: dict[str, Any] = {"enabled": True, "view_groups": 64, "view_per_group": 64}
@@ -236,6 +237,8 @@ class Watch:
         self.said: set[str] = set()
         self.done = 0
         self._vanished: VanishedSteps | None = None
+        self.tail: LogTail | None = None
+        """A JSONL log read step by step (stream.py); None: the log is read whole at each poll."""
 
     def release(self) -> None:
         """Let go of --out's lock; remove the folder made for it when nothing was written."""
@@ -255,6 +258,8 @@ class Watch:
 
         from .readers import by_step
 
+        if (log := self.jsonl_log()) is not None:
+            return self.poll_stream(*log)
         follow = self.args.follow
         before = input_signature(self.args.rollouts) if follow else None
         quiet = follow and before == self.last_signature
@@ -293,6 +298,69 @@ class Watch:
         lexical = m.cfg.proposer.lexical
         m.term.proposer = ConfirmingProposer(m.term.proposer, Witness(self.reward, seed=self.args.seed),
                                              lambda k: level(lexical, k))
+
+    def jsonl_log(self) -> tuple[list[Path], Any] | None:
+        """A plain or verl JSONL log's files and row reader (read step by step: stream.py), else None
+        (read whole). Once streaming, the log stays a JSONL log (a poll before its files appear waits)."""
+        from .readers import MonitorInputError, NotYetError, jsonl_log
+
+        try:
+            log = jsonl_log(self.args.rollouts, self.args.format, self.options)
+        except NotYetError as e:
+            if self.tail is None:
+                return None  # the whole read says what is awaited, or refuses
+            if not self.args.follow:
+                raise
+            self.say(f"waiting: {str(e).removeprefix('monitor: ')}")
+            return [], None
+        if log is None and self.tail is not None:
+            raise MonitorInputError(f"monitor: {self.args.rollouts} now holds files other than JSONL, which were "
+                                    f"read line by line so far: monitor it into a new --out")
+        return log
+
+    def poll_stream(self, files: list[Path], rollout: Any) -> int:
+        """Monitor the steps the lines appended to `files` since the last poll complete; the steps
+        monitored. The newest step waits for a later one, or (following) for the files to stay
+        unchanged over a poll with no line left half-written."""
+        from .stream import LogTail
+
+        follow = self.args.follow
+        if self.tail is None:
+            self.tail = LogTail(self.options, self.args.merge_steps)
+        before = input_signature(self.args.rollouts) if follow else None
+        quiet = follow and before == self.last_signature
+        n = 0
+        if files:
+            for step, rows in self.tail.steps(files, rollout, "wait" if follow and not quiet else
+                                              "try" if follow else "strict"):
+                n += self.monitor_step(step, rows)
+        after = input_signature(self.args.rollouts) if follow else None
+        self.last_signature = after
+        if not follow or quiet and before == after and not self.tail.waiting:
+            if (last := self.tail.flush()) is not None:
+                n += self.monitor_step(*last)
+        for line in self.tail.waiting:
+            self.say(f"waiting: {line}")
+        if follow and self.m is not None and (line := self.vanished().check(files, set(self.m.done))):
+            console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+        self.done += n
+        if n and follow:
+            write_outputs(self.m, self.args)
+        return n
+
+    def monitor_step(self, step: int, rows: list[MonitoredRollout]) -> int:
+        """One complete step of a streamed log: refused if its rows changed since it was monitored,
+        skipped if it was, else monitored (the monitor folder started at the first)."""
+        import anyio
+
+        if self.m is None:
+            from .replay import Monitor
+
+            self.m = Monitor(self.args.out, self.cfg, seed=self.args.seed, domain=self.args.domain)
+            self.confirm(self.m)
+            self.m.start(source_of(self.args))
+        self.m.check_unchanged({step: rows})
+        return anyio.run(monitor_once, self.m, {step: rows}, False)
 
     def vanished(self) -> VanishedSteps:
         """The steps whose files vanished before they were read (vanished.py), for this invocation."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -144,16 +144,7 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
     if not (path.is_file() or path.is_dir()):
         raise _not_data(path)
     detected, fmt = fmt == "auto", detect_format(path) if fmt == "auto" else fmt
-    given = dict(opts.columns)
-    cols = {c: c for c in COLUMNS} | given
-    unknown = set(cols) - set(COLUMNS)
-    if unknown:
-        raise MonitorInputError(f"monitor: --column: unknown name(s) {', '.join(sorted(unknown))} "
-                                f"(known: {', '.join(COLUMNS)})")
-    if opts.reward_weights is not None and fmt != "trl":
-        if detected and path.is_dir():
-            data_files(path)  # a TRL folder before its first table reads as an empty plain one: not yet
-        raise MonitorInputError(f"monitor: --reward-weights is for TRL runs (--format trl); {path} reads as {fmt}")
+    given, cols = checked_columns(path, fmt, detected, opts)
     reading = Reading([], [])
     try:
         with row_cap(opts.max_row_chars, setting="the monitor's --max-row-chars"):
@@ -167,8 +158,7 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
                 reading.rollouts = [weigh.rollout(r) for f in files for r in _rows(f, files, opts, reading)]
                 reading.final_step = weigh.run.finished_at
             elif fmt == "verl":
-                files = sorted(data_files(path, "*.jsonl"),
-                               key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0))
+                files = _verl_order(data_files(path, "*.jsonl"))
                 reading.rollouts = [_plain(r, cols | _VERL | given) for f in files for r in _rows(f, files, opts, reading)]
             elif fmt == "openrlhf":
                 files = _openrlhf_files(path)
@@ -185,6 +175,42 @@ def read_source(path: Path, fmt: str, opts: ReadOptions) -> Reading:
     if not reading.rollouts:
         raise NotYetError(f"monitor: no complete rollout yet in {path}" + "".join(f"; {w}" for w in reading.waiting))
     return reading
+
+
+def checked_columns(path: Path, fmt: str, detected: bool, opts: ReadOptions) -> tuple[dict[str, str], dict[str, str]]:
+    """(the columns `--column` names, every column's name), once the options are checked for `fmt`."""
+    given = dict(opts.columns)
+    cols = {c: c for c in COLUMNS} | given
+    unknown = set(cols) - set(COLUMNS)
+    if unknown:
+        raise MonitorInputError(f"monitor: --column: unknown name(s) {', '.join(sorted(unknown))} "
+                                f"(known: {', '.join(COLUMNS)})")
+    if opts.reward_weights is not None and fmt != "trl":
+        if detected and path.is_dir():
+            data_files(path)  # a TRL folder before its first table reads as an empty plain one: not yet
+        raise MonitorInputError(f"monitor: --reward-weights is for TRL runs (--format trl); {path} reads as {fmt}")
+    return given, cols
+
+
+def jsonl_log(path: Path, fmt: str, opts: ReadOptions) -> tuple[list[Path], Callable[[Row], MonitoredRollout]] | None:
+    """A plain or verl log of JSONL files only, which the monitor reads line by line (stream.py):
+    its files in reading order and how a row becomes a rollout; None for any other log (read
+    whole) or one with no file yet (NotYetError)."""
+    detected, fmt = fmt == "auto", detect_format(path) if fmt == "auto" else fmt
+    if fmt not in ("plain", "verl"):
+        return None
+    given, cols = checked_columns(path, fmt, detected, opts)
+    files = data_files(path, "*.jsonl" if fmt == "verl" else "*")
+    if any(f.suffix != ".jsonl" for f in files):
+        return None
+    if fmt == "verl":
+        return _verl_order(files), lambda r: _plain(r, cols | _VERL | given)
+    return files, lambda r: _plain(r, cols)
+
+
+def _verl_order(files: list[Path]) -> list[Path]:
+    """verl's `<step>.jsonl` files by their step."""
+    return sorted(files, key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0))
 
 
 def _not_data(path: Path) -> MonitorInputError:

@@ -55,7 +55,9 @@ class LexicalConfig(_Section):
     shortcuts found; `run` with the floor: 0.17 (precision 0.85), 37 of 42; 1 of 6 control runs
     alarmed with either."""
     permutations: int = Field(500, ge=20)
-    """Permutations of the rewards behind each proposal's null (the same for every candidate)."""
+    """Permutations of the rewards behind each proposal's null (the same for every candidate), at
+    most: the within-group null stops after a fifth of them when those already decide that nothing
+    passes, with the decisions of the full count (penalties.sequential)."""
     detectable_effect: float = Field(1.0, gt=0)
     """The hack size (within-group reward stds, of a pattern in half the replies) a proposal must be
     able to detect with about 80 % power for its silence to count as evidence; below that power

@@ -39,6 +39,7 @@ from .covariates import local_jumps, net_of_concave, net_of_smooth
 from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
+from .sequential import sequential_null
 from .surface import Feature, length_feature, length_limit
 from .views import ViewSample, prompt_group
 
@@ -169,7 +170,6 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     is_length = np.array([c.feature.kind == "length" for c in keep], dtype=bool)
     x = indicator(rows, len(samples))
     # one null for every score: the same permutations, the max over every candidate
-    z, null = np.full(len(keep), np.nan), np.full((len(keep), cfg.permutations), np.nan)
     # each candidate's reward net of the legitimate covariates (penalties.covariates): relevance for
     # all but detectors; a length limit net of a concave curve in length, the rest net of a smooth one (when
     # `length_adjusted`; a candidate length alone tells apart keeps length in its pay)
@@ -177,27 +177,43 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     smooth = ~is_length & ~_collinear(x, sizes, groups) if cfg.length_adjusted else np.zeros(len(keep), dtype=bool)
     concave = cfg.length_null == "concave"
     held = ~np.array([c.feature.kind == "detector" for c in keep], dtype=bool)  # `off_topic` is relevance itself
-    nulls = ((is_length, lambda: net_of_concave(y, groups, sizes, others) if concave
-              else net_of_smooth(y, groups, None, others)),
-             (smooth & held, lambda: net_of_smooth(y, groups, sizes, others)),
-             (smooth & ~held, lambda: net_of_smooth(y, groups, sizes, [])),
-             (~is_length & ~smooth & held, lambda: net_of_smooth(y, groups, None, others)),
-             (~is_length & ~smooth & ~held, lambda: net_of_smooth(y, groups, None, [])))
-    for mask, fit in nulls:
-        if mask.any():
-            z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], fit(), groups, perms)
+    fits = ((is_length, lambda: net_of_concave(y, groups, sizes, others) if concave
+             else net_of_smooth(y, groups, None, others)),
+            (smooth & held, lambda: net_of_smooth(y, groups, sizes, others)),
+            (smooth & ~held, lambda: net_of_smooth(y, groups, sizes, [])),
+            (~is_length & ~smooth & held, lambda: net_of_smooth(y, groups, None, others)),
+            (~is_length & ~smooth & ~held, lambda: net_of_smooth(y, groups, None, [])))
+    scored = [(np.flatnonzero(mask), fit()) for mask, fit in fits if mask.any()]
     # beside each "longer than L", its local jump net of the concave curve (a step's sharpest trace)
     bars = [length_limit(c.feature.regex) or 0 for c in keep if c.feature.kind == "length" and not c.retired] \
         if concave else []
-    jumps = sparse.vstack([local_jumps(sizes, bars, window) for window in JUMP_WINDOWS]).tocsr()
-    jz, jnull = standardised(jumps, net_of_concave(y, groups, sizes, others), groups, perms) if bars \
-        else (np.zeros(0), np.zeros((0, cfg.permutations)))
+    jumps = sparse.vstack([local_jumps(sizes, bars, window) for window in JUMP_WINDOWS]).tocsr() if bars else None
+    jump_scores = net_of_concave(y, groups, sizes, others) if bars else None
+    n_jumps = jumps.shape[0] if bars else 0
+
+    def nulls(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        # every candidate's statistic and null under permutations lo..hi-1, the local jumps stacked below
+        z, null = np.full(len(keep) + n_jumps, np.nan), np.full((len(keep) + n_jumps, hi - lo), np.nan)
+        for rows, scores in scored:
+            z[rows], null[rows] = standardised(x[rows], scores, groups, perms[lo:hi])
+        if n_jumps:
+            z[len(keep):], null[len(keep):] = standardised(jumps, jump_scores, groups, perms[lo:hi])
+        return z, null
+
     # three families, each at its share of the level (Bonferroni between them): wording and
     # detectors; length (every "longer than L" and its local jump), so thousands of n-grams do not
     # drown the few limits; retired penalties' patterns (their revival)
     fresh_length = is_length & ~retired
     shares = _shares(bool((~is_length & ~retired).any()), bool(fresh_length.any()), bool(retired.any()))
     wording = np.flatnonzero(~is_length & ~retired)
+    length_rows = np.concatenate([np.flatnonzero(fresh_length), len(keep) + np.arange(n_jumps)])
+    back = np.flatnonzero(retired)
+    # as many permutations as the decision needs (penalties.sequential: the fixed count's decisions)
+    z_all, null_all = sequential_null(nulls, cfg.permutations, [(wording, alpha * shares[0]),
+                                                                (length_rows, alpha * shares[1]),
+                                                                (back, alpha * shares[2])])
+    z, null = z_all[:len(keep)], null_all[:len(keep)]
+    jz, jnull = z_all[len(keep):], null_all[len(keep):]
     within = step_down(z[wording], null[wording], alpha * shares[0])
     ok = np.zeros(len(keep), dtype=bool)
     ok[wording] = within.passes(alpha * shares[0])
@@ -210,7 +226,6 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
             ok[fresh_length] = length.passes(alpha * shares[1])
         within = within if len(wording) else length
     if retired.any():
-        back = np.flatnonzero(retired)
         ok[back] = step_down(z[back], null[back], alpha * shares[2]).passes(alpha * shares[2])
     evidence = _evidence(y, groups, prompts, within.critical, cfg)
     if length_pays and concave:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
 import regex
 
 if TYPE_CHECKING:
@@ -71,7 +72,13 @@ _TRAILING = regex.compile(r"[\s\"')\]*_]+\Z")
 """What may follow a reply's last mark: space, closing quotes and brackets, markdown emphasis."""
 
 
-@lru_cache(maxsize=1 << 18)
+NGRAM_CACHE = 1 << 16
+"""N-gram patterns kept between proposals: about two proposals' testable n-grams at 64 x 16 x 5
+replies (some 30,000 each), about 50 MB. A cache as large as 2^18 held 200 MB once full, which a
+long run's monitor filled: its peak memory grew with the run's length (benchmarks/monitor_scale.py)."""
+
+
+@lru_cache(maxsize=NGRAM_CACHE)
 def ngram_feature(gram: tuple[str, ...]) -> Feature:
     """The pattern of a lower-cased word n-gram (built once per n-gram: a batch repeats them)."""
     body = r"\W+".join(regex.escape(w) for w in gram)
@@ -177,9 +184,9 @@ class ViewFeatures:
     shown: dict[str, Counter[str]]
     """Per feature worth testing: how the view's positive samples (sign "+") write it."""
     now: dict[str, list[int]]
-    """Per key: the indices of the view's samples that show it."""
+    """Per feature worth testing: the indices of the view's samples that show it."""
     then: dict[str, list[int]]
-    """Per key: the indices of the reference's samples that show it."""
+    """Per feature worth testing: the indices of the reference's samples that show it (none: absent)."""
 
 
 def view_features(samples: Sequence[ViewSample], reference: Sequence[ViewSample], min_groups: int,
@@ -188,29 +195,56 @@ def view_features(samples: Sequence[ViewSample], reference: Sequence[ViewSample]
     only those shown by samples of at least `min_groups` groups (`group_of`): no other can be
     tested (discovery.decide tests a pattern only there) nor explain one that is (a word of a phrase
     shows wherever the phrase does), and building a Feature (its regex) for each of the view's
-    hundreds of thousands of rare n-grams was most of a proposal's time."""
-    keys = {s.id: rollout_specs(s.parts) for s in [*samples, *reference]}
-    now: dict[str, list[int]] = {}
-    then: dict[str, list[int]] = {}
-    for index, part in ((now, samples), (then, reference)):
-        for i, s in enumerate(part):
-            for k in keys[s.id]:
-                index.setdefault(k, []).append(i)
-    groups = [group_of(s) for s in samples]
-    positive = [s.sign == "+" for s in samples]
+    hundreds of thousands of rare n-grams was most of a proposal's time. The counting is done on
+    arrays: every (sample, feature) pair numbered once, the features in order of first appearance."""
+    everyone = [*samples, *reference]
+    keys = {s.id: rollout_specs(s.parts) for s in everyone}
+    number: dict[str, int] = {}
+    sizes = np.fromiter((len(keys[s.id]) for s in everyone), dtype=np.int64, count=len(everyone))
+    key_of = np.fromiter((number.setdefault(k, len(number)) for s in everyone for k in keys[s.id]),
+                         dtype=np.int64, count=int(sizes.sum()))
+    sample_of = np.repeat(np.arange(len(everyone)), sizes)
+    names = list(number)  # by number: the order of first appearance, the view's samples first
+    in_view = sample_of < len(samples)
+    view_keys, view_samples = key_of[in_view], sample_of[in_view]
+    groups = np.array([group_of(s) for s in samples], dtype=np.int64)
+    rows = np.bincount(view_keys, minlength=len(names))
+    span = int(groups.max(initial=0)) + 1
+    pairs = np.sort(view_keys * span + groups[view_samples])  # (key, group), each once after the sort
+    spread = np.bincount(pairs[_firsts(pairs)] // span, minlength=len(names))
+    testable = (rows >= min_groups) & (spread >= min_groups)
+    positive = np.array([s.sign == "+" for s in samples], dtype=bool)
+    now = _indices(view_keys, view_samples, testable, names)
+    then = _indices(key_of[~in_view], sample_of[~in_view] - len(samples), testable, names)
+    paid = np.bincount(view_keys, weights=positive[view_samples], minlength=len(names))
     features: dict[str, Feature] = {}
     shown: dict[str, Counter[str]] = {}
-    for k, rows in now.items():
-        if len(rows) < min_groups or len({groups[i] for i in rows}) < min_groups:
-            continue
-        first = keys[samples[rows[0]].id][k]
+    for at in np.flatnonzero(testable):
+        k = names[at]
+        first = keys[samples[now[k][0]].id][k]
         features[k] = feature_of(k, first)
         if first is NGRAM:  # written one way: its key's words
-            if n := sum(positive[i] for i in rows):
+            if n := int(paid[at]):
                 shown[k] = Counter({features[k].shown: n})
-        elif by := Counter(shown_of(k, keys[samples[i].id][k]) for i in rows if positive[i]):
+        elif by := Counter(shown_of(k, keys[samples[i].id][k]) for i in now[k] if positive[i]):
             shown[k] = by
     return ViewFeatures(keys, features, shown, now, then)
+
+
+def _indices(key_of: np.ndarray, sample_of: np.ndarray, wanted: np.ndarray, names: list[str]) -> dict[str, list[int]]:
+    """Per wanted key (by number): the indices of the samples that show it, in increasing order."""
+    keep = wanted[key_of]
+    key_of, sample_of = key_of[keep], sample_of[keep]
+    order = np.argsort(key_of, kind="stable")  # by key, each key's samples in their order
+    key_of, sample_of = key_of[order], sample_of[order]
+    starts = np.flatnonzero(_firsts(key_of))
+    flat, bounds = sample_of.tolist(), [*starts.tolist(), len(key_of)]
+    return {names[k]: flat[a:b] for k, a, b in zip(key_of[starts].tolist(), bounds, bounds[1:])}
+
+
+def _firsts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array starts (a mask; empty for an empty array)."""
+    return np.r_[True, ordered[1:] != ordered[:-1]] if len(ordered) else np.zeros(0, dtype=bool)
 
 
 def length_feature(words: int) -> Feature:

@@ -89,19 +89,23 @@ def _whole_lines(raw: bytes, whole_lines_only: bool) -> bytes:
 
 
 def _read_jsonl(path: Path, whole_lines_only: bool = False) -> list[Row]:
-    rows = []
-    for i, line in enumerate(_decode(path, _whole_lines(path.read_bytes(), whole_lines_only)).splitlines(), start=1):
-        if not line.strip():
-            continue
-        _check_size(len(line), f"{path} line {i}")
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"data error: {path} line {i}: not valid JSON ({e.msg})") from None
-        if not isinstance(data, dict):
-            raise DataError(f"data error: {path} line {i}: expected a JSON object, got {type(data).__name__}")
-        rows.append(Row(data, f"{path} line {i}"))
-    return rows
+    lines = _decode(path, _whole_lines(path.read_bytes(), whole_lines_only)).splitlines()
+    return [row for i, line in enumerate(lines, start=1) if (row := jsonl_row(path, i, line)) is not None]
+
+
+def jsonl_row(path: Path, i: int, line: str) -> Row | None:
+    """Line `i` of JSONL file `path` as a row (None: a blank line), checked against the row cap;
+    a DataError naming the line otherwise. (The monitor reads a growing log line by line with it.)"""
+    if not line.strip():
+        return None
+    _check_size(len(line), f"{path} line {i}")
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"data error: {path} line {i}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"data error: {path} line {i}: expected a JSON object, got {type(data).__name__}")
+    return Row(data, f"{path} line {i}")
 
 
 def _read_csv(path: Path, whole_lines_only: bool = False) -> list[Row]:
