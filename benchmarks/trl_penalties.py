@@ -85,6 +85,9 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "replies.jsonl").open("w", encoding="utf-8") as f:  # what each step wrote, to read the runs
+        f.writelines(json.dumps({"step": step, "reply": reply, "honest": h}) + "\n" for step, reply, h in seen)
     last = [(reply, h) for step, reply, h in seen if step > steps - tail]
     step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
     adds = []
@@ -94,7 +97,22 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     return {"arm": arm, "seed": seed, "lam": lam, "word": statistics.fmean(shortcut[0].present(r) for r, _ in last),
             "bar": statistics.fmean(shortcut[1].present(r) for r, _ in last),
             "honest": statistics.fmean(h for _, h in last), "words": statistics.fmean(len(words(r)) for r, _ in last),
-            "entries": adds, "step_time": statistics.fmean(step_times[1:] or step_times), "wall": wall}
+            "entries": adds, "step_time": statistics.fmean(step_times[1:] or step_times), "wall": wall,
+            "per_step": per_step(seen, shortcut)}
+
+
+def per_step(seen: list[tuple[int, str, float]], shortcut: list[Shortcut]) -> list[dict[str, float]]:
+    """Each step's means: honest reward, the word's and the bar's shares, words per reply (the
+    trajectory behind the end figures)."""
+    steps = sorted({s for s, _, _ in seen})
+    rows = []
+    for step in steps:
+        got = [(r, h) for s, r, h in seen if s == step]
+        rows.append({"step": step, "honest": statistics.fmean(h for _, h in got),
+                     "word": statistics.fmean(shortcut[0].present(r) for r, _ in got),
+                     "bar": statistics.fmean(shortcut[1].present(r) for r, _ in got),
+                     "words": statistics.fmean(len(words(r)) for r, _ in got)})
+    return rows
 
 
 def table(results: list[dict[str, Any]], word: str, bar: int, tail: int) -> str:

@@ -36,10 +36,11 @@ import structlog
 from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
+from ..penalties.pay import group_gaps, record_pay, violation_cost
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
 from ..penalties.views import ProposerView, ViewSample, build_view, group_centred, own_reply_scores, pool_views
-from ..types import Batch, Rollout, output_step
+from ..types import Batch, Penalty, Rollout, output_step
 from .base import RewardTerm, TermScores
 
 log = structlog.get_logger("dynalize.rewards.penalties")
@@ -135,13 +136,25 @@ class PenaltyTerm(RewardTerm):
             self._step["judge/failure_rate"] = n_failed / asked
         info = [{"verdicts": v, "violations": k, "judge_failed": sorted(f)}
                 for v, k, f in zip(verdicts, violations, failed)]
-        return TermScores([-self.cfg.lam * k for k in violations], info, self.buffer.drain_events(),
+        return TermScores(self._costs(active, verdicts, violations), info, self.buffer.drain_events(),
                           unscored=[bool(f) for f in failed])
+
+    def _costs(self, active: list[Penalty], verdicts: list[dict[str, bool]], violations: list[int]) -> list[float]:
+        """Each rollout's penalty: −λ · violations (`weight="fixed"`), or minus the sum of its
+        violated penalties' costs, λ plus each one's measured pay (`weight="pay"`, penalties.pay)."""
+        if self.cfg.weight == "fixed":
+            return [-self.cfg.lam * k for k in violations]
+        cost = {p.id: violation_cost(p, self.cfg.lam, self.cfg.weight) for p in active}
+        for pid, c in cost.items():
+            self._step[f"penalty/{pid}/cost"] = c
+        return [-sum(cost[pid] for pid, hit in v.items() if hit) for v in verdicts]
 
     def observe(self, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:
         """Keep this batch's view; every `every` steps (step % every == 0), start a proposal in the
         background on the views of the last `view_steps` batches."""
         before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
+        if self.cfg.weight == "pay":
+            self._measure_pay(batch, before)
         own = [[reply_scores(r, b) for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
         latest = build_view(batch, before, group_centred(before), seed=self.seed, step=batch.step,
                             groups=self.view_groups, per_group=self.view_per_group, reply_scores=own)
@@ -319,6 +332,13 @@ class PenaltyTerm(RewardTerm):
             self._count("proposer/accepted")
             self.pending.append(result)
             log.info("proposer.accepted", step=output_step(view.step), title=result.accepted.title, queued=len(self.pending))
+
+    def _measure_pay(self, batch: Batch, before: list[list[float]]) -> None:
+        """Each live penalty's within-group reward gap on this batch, kept on it (penalties.pay)."""
+        for p in self.buffer.active():
+            judged = [[(b, None if p.id in r.info.get("judge_failed", ()) else r.info.get("verdicts", {}).get(p.id))
+                       for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
+            record_pay(p, batch.step, group_gaps(judged), self.cfg.every)
 
     def _apply_pending(self, step: int) -> None:
         """Apply the oldest accepted proposal the buffer takes (one per step); refusals are counted."""
