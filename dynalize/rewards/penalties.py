@@ -69,6 +69,16 @@ class PenaltyTerm(RewardTerm):
         self.proposer, self.judge = proposer, judge
         self.buffer = buffer if buffer is not None else PenaltyBuffer()
         self.seed, self.domain = seed, domain
+        self.label: Callable[[int], int] = output_step
+        """How a batch's step is named in log lines: `output_step` where batches count from 0 (a
+        dynalize run); the identity where they carry the step already (the monitor: the logged
+        step; dynalize.trl: TRL's step), so its lines name the step its files do."""
+        self.sparse_steps = False
+        """Whether batches may skip steps (dynalize.trl: TRL scores a generation batch once every
+        few steps when `steps_per_generation · num_iterations` exceeds the gradient accumulation):
+        a proposal then starts at the first batch past each multiple of `every`, not only at one
+        that falls on it (which a skipping run may never reach)."""
+        self._observed: int | None = None  # the latest observed batch's step
         self.view_groups, self.view_per_group, view_steps = cfg.view_shape()
         self.recent: deque[ProposerView] = deque(maxlen=view_steps)  # views of the latest batches
         self.reference: list[ViewSample] = []  # the views of the run's first `reference_steps` batches, pooled
@@ -162,13 +172,13 @@ class PenaltyTerm(RewardTerm):
             self.reference = self.reference + latest.samples
             self._reference_batches += 1
         self.recent.append(latest)
-        if batch.step % self.cfg.every and self._restart is None:
+        if not self._due(batch.step) and self._restart is None:
             return
         if self._proposer_gave_up():  # the run stops at this step's end: no proposal after the last allowed
             return
         if self.in_flight:
             self._count("proposer/skipped_in_flight")
-            log.info("proposer.skipped", step=output_step(batch.step), reason="previous proposal still running")
+            log.info("proposer.skipped", step=self.label(batch.step), reason="previous proposal still running")
             return
         active, retired = self.buffer.preview([r.accepted for r in self.pending if r.accepted])
         if self._restart is not None:  # a proposal that never finished (checkpoint, cancel): again, first
@@ -185,6 +195,14 @@ class PenaltyTerm(RewardTerm):
         self._done, self._scope = anyio.Event(), anyio.CancelScope()  # finish() may cancel it before it starts
         self._count("proposer/started")
         task_group.start_soon(self._propose, view)
+
+    def _due(self, step: int) -> bool:
+        """A proposal is due at `step`: step % every == 0, or with `sparse_steps` a multiple of
+        `every` passed since the previous observed batch (the same where no step is skipped)."""
+        last, self._observed = self._observed, step
+        if not self.sparse_steps or last is None:
+            return step % self.cfg.every == 0
+        return step // self.cfg.every > last // self.cfg.every
 
     async def settle(self) -> None:
         """Wait for the proposal in flight, if any, to finish (its result queued): what `sync`
@@ -256,6 +274,7 @@ class PenaltyTerm(RewardTerm):
             "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
             "in_flight": view_state(unfinished) if unfinished else None,
             "reference_batches": self._reference_batches, "evidence": self.evidence, "proposals": self.proposals,
+            "observed_step": self._observed,
             "unreported": dict(self._step)}  # counters since the last `metrics` (a proposal that finished)
         if views_apart:
             state["recent_steps"] = [v.step for v in self.recent]
@@ -279,6 +298,7 @@ class PenaltyTerm(RewardTerm):
             self.recent.extend(view_from_state(v) for v in state.get("recent", []))
             self.reference = [ViewSample(**s) for s in state.get("reference", [])]
         self.evidence = state.get("evidence")
+        self._observed = state.get("observed_step")
         self._step = dict(state.get("unreported", {}))
         # older checkpoints: every start counted, restarts too (at worst a share spent twice)
         self.proposals = int(state.get("proposals", self.totals.get("proposer/started", 0)))
@@ -310,7 +330,7 @@ class PenaltyTerm(RewardTerm):
             done.set()
         if result is None:
             self._count("proposer/cancelled")
-            log.warning("proposer.cancelled", step=output_step(view.step), after_s=round(time.perf_counter() - t0, 3))
+            log.warning("proposer.cancelled", step=self.label(view.step), after_s=round(time.perf_counter() - t0, 3))
             return
         self._step["proposer/latency"] = result.latency
         self._count("proposer/finished")
@@ -327,11 +347,11 @@ class PenaltyTerm(RewardTerm):
         if not result.ok:
             self._count("proposer/failed")
             self._count(f"proposer/failed/{result.failed_at or 'propose'}")
-            log.warning("proposer.failed", step=output_step(view.step), stage=result.failed_at, error=result.error)
+            log.warning("proposer.failed", step=self.label(view.step), stage=result.failed_at, error=result.error)
         elif result.accepted is not None:
             self._count("proposer/accepted")
             self.pending.append(result)
-            log.info("proposer.accepted", step=output_step(view.step), title=result.accepted.title, queued=len(self.pending))
+            log.info("proposer.accepted", step=self.label(view.step), title=result.accepted.title, queued=len(self.pending))
 
     def _measure_pay(self, batch: Batch, before: list[list[float]]) -> None:
         """Each live penalty's within-group reward gap on this batch, kept on it (penalties.pay)."""
@@ -349,15 +369,15 @@ class PenaltyTerm(RewardTerm):
                 p = self.buffer.add(result.accepted, step, proposed_at=result.step)
             except PenaltyBufferError as e:
                 self._count("proposer/apply_refused")
-                log.warning("proposer.apply_refused", step=output_step(step), error=str(e))
+                log.warning("proposer.apply_refused", step=self.label(step), error=str(e))
                 continue
             break
         else:
             return
         event = p.history[-1]["event"]
         self._count("penalties/adds" if event == "add" else "penalties/revives")
-        log.info(f"penalty.{event}", step=output_step(step), id=p.id, title=p.title,
-                 proposed_at=output_step(result.step))
+        log.info(f"penalty.{event}", step=self.label(step), id=p.id, title=p.title,
+                 proposed_at=self.label(result.step))
 
     def _count(self, key: str, n: float = 1) -> None:
         self._step[key] = self._step.get(key, 0.0) + n

@@ -37,7 +37,7 @@ from transformers import TrainerCallback
 from ..build import build_penalty_term
 from ..errors import one_line
 from ..monitor.outdir import write_atomic
-from ..monitor.replay import step_metrics
+from ..monitor.replay import logged_step, step_metrics
 from ..monitor.summary import LIVE_EXIT
 from ..penalties.config import PenaltiesConfig
 from .background import Background
@@ -132,6 +132,8 @@ class Penalties(TrainerCallback):
         self.seed, self.domain = seed, domain
         self.out = Path(out) if out is not None else None
         self.term = build_penalty_term(self.cfg, domain=domain, seed=seed)
+        self.term.label = logged_step  # its batches carry TRL's step (global_step + 1): log lines say it
+        self.term.sparse_steps = True  # steps_per_generation > 1: TRL scores once every few steps
         self.__name__ = "penalties"
         self.reward_funcs: list[Any] = [RecordedReward(self, i, f) for i, f in enumerate(funcs)]
         if not observe_only:
