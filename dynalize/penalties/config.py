@@ -196,7 +196,9 @@ class PenaltiesConfig(_Section):
     0.6–1.04 outlived λ = 0.5 (docs/from_trl.md). A penalty on a pattern paid for good reasons
     then takes that pay too."""
     every: int = Field(5, ge=1)
-    """Start a proposal every this many steps (steps where step % every == 0)."""
+    """Start a proposal every this many steps (steps where step % every == 0; in a TRL run that
+    scores only every few steps, steps_per_generation > 1, the first scored step past each
+    multiple: PenaltyTerm.sparse_steps)."""
     view_groups: int | None = Field(None, ge=1)
     """Groups sampled into the proposer's view. None (the default): the proposer's own, `view_shape`:
     64 for the lexical proposer (its permutation tests need the counts: on the discovery benchmark,

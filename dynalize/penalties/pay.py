@@ -22,9 +22,6 @@ from collections.abc import Iterable, Sequence
 
 from ..types import Penalty
 
-WEIGHT_RULES = ("fixed", "pay")
-
-
 def group_gaps(groups: Iterable[Sequence[tuple[float, bool | None]]]) -> list[float]:
     """Per group with both kinds: mean reward of the replies that trigger the penalty minus the
     mean of the rest. Each item is (reward before penalties, verdict); a verdict of None (the judge

@@ -160,7 +160,8 @@ class PenaltyTerm(RewardTerm):
         return [-sum(cost[pid] for pid, hit in v.items() if hit) for v in verdicts]
 
     def observe(self, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:
-        """Keep this batch's view; every `every` steps (step % every == 0), start a proposal in the
+        """Keep this batch's view (and, `weight="pay"`, what the reward paid each live penalty's
+        pattern); every `every` steps (step % every == 0, `_due`), start a proposal in the
         background on the views of the last `view_steps` batches."""
         before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
         if self.cfg.weight == "pay":
