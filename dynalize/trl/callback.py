@@ -14,8 +14,9 @@ proposal enters first, at most one a step; untriggered penalties retire) and ret
 minus the cost of the penalties each violates (by default here `lam` plus each one's measured
 pay, penalties.weight and penalties/pay.py; `−lam · violations` with weight "fixed"); every `every`
 steps (TRL's step: `trainer_state.global_step + 1`) it hands the step's completions, rewards and
-groups to the proposer in the background, as a dynalize run does (dynalize.rewards.penalties.PenaltyTerm). `observe_only=True` is the monitor live: the same,
-and nothing added to the reward.
+groups to the proposer in the background, as a dynalize run does
+(dynalize.rewards.penalties.PenaltyTerm). `observe_only=True` is the monitor live: the same, and
+nothing added to the reward.
 
 With several processes, each gathers its completions to the main process, which alone judges,
 proposes and writes; the penalties, the buffer and the metrics are broadcast back before TRL sums
