@@ -1,5 +1,6 @@
-"""Dynalize's term: `−λ · violations` of the live penalties, and the background proposals that
-keep the penalty buffer up to date.
+"""Dynalize's term: `−λ · violations` of the live penalties (with `weight="pay"`, each violation
+costs λ plus what the reward measurably pays for its pattern: penalties/pay.py), and the
+background proposals that keep the penalty buffer up to date.
 
 `score` applies the oldest accepted proposal not yet applied (so a new penalty counts from the
 next batch on; accepted proposals queue, one enters per step), judges every policy reply against
