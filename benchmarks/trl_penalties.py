@@ -4,7 +4,9 @@ Each seed trains the tiny pre-trained sandbox policy (`tiny:sandbox-policy`, bui
 on the sandbox's prompts with the same reward: the honest reward of benchmarks/discovery_worlds.py
 (the topic's words at a sensible length) plus a planted shortcut with two parts, a word and a
 length bar (`--word`, `--bar`), once with TRL alone and once with Penalties wrapping the two reward
-functions (lexical proposer, regex judge, every 5 steps, in the background). Printed per run:
+functions (lexical proposer, regex judge, every 5 steps, in the background; a violation costs
+lam plus the pattern's measured pay, dynalize.trl's default; `--weight fixed`: -lam x violations).
+Printed per run:
 
 - the shortcut's prevalence at the end: the share of the last `--tail` steps' completions that
   use the word, and that pass the bar;
@@ -35,7 +37,7 @@ from discovery_worlds import Shortcut, honest_reward, words  # noqa: E402
 
 
 def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: list[Shortcut], out: Path,
-          tail: int, lam: float | None = None) -> dict[str, Any]:
+          tail: int, lam: float | None = None, weight: str | None = None) -> dict[str, Any]:
     """One GRPOTrainer run; what its last `tail` steps wrote and how long its steps took."""
     import torch
     from datasets import Dataset
@@ -74,7 +76,8 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     if arm == "penalties":
         from dynalize.trl import Penalties
 
-        penalties = Penalties(funcs, penalties={} if lam is None else {"lam": lam}, html=False)
+        settings = {k: v for k, v in (("lam", lam), ("weight", weight)) if v is not None}
+        penalties = Penalties(funcs, penalties=settings, html=False)
         funcs, callbacks = penalties.reward_funcs, [penalties]
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=funcs, args=args,
                           train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(path),
@@ -85,16 +88,35 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "replies.jsonl").open("w", encoding="utf-8") as f:  # what each step wrote, to read the runs
+        f.writelines(json.dumps({"step": step, "reply": reply, "honest": h}) + "\n" for step, reply, h in seen)
     last = [(reply, h) for step, reply, h in seen if step > steps - tail]
     step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
     adds = []
     if arm == "penalties" and (out / "dynalize" / "penalties.jsonl").exists():  # written at the first event
         events = read_jsonl(out / "dynalize" / "penalties.jsonl")
         adds = [{"step": e["step"], "title": e["title"]} for e in events if e["event"] in ("add", "revive")]
-    return {"arm": arm, "seed": seed, "lam": lam, "word": statistics.fmean(shortcut[0].present(r) for r, _ in last),
+    return {"arm": arm, "seed": seed, "lam": lam, "weight": weight,
+            "word": statistics.fmean(shortcut[0].present(r) for r, _ in last),
             "bar": statistics.fmean(shortcut[1].present(r) for r, _ in last),
             "honest": statistics.fmean(h for _, h in last), "words": statistics.fmean(len(words(r)) for r, _ in last),
-            "entries": adds, "step_time": statistics.fmean(step_times[1:] or step_times), "wall": wall}
+            "entries": adds, "step_time": statistics.fmean(step_times[1:] or step_times), "wall": wall,
+            "per_step": per_step(seen, shortcut)}
+
+
+def per_step(seen: list[tuple[int, str, float]], shortcut: list[Shortcut]) -> list[dict[str, float]]:
+    """Each step's means: honest reward, the word's and the bar's shares, words per reply (the
+    trajectory behind the end figures)."""
+    steps = sorted({s for s, _, _ in seen})
+    rows = []
+    for step in steps:
+        got = [(r, h) for s, r, h in seen if s == step]
+        rows.append({"step": step, "honest": statistics.fmean(h for _, h in got),
+                     "word": statistics.fmean(shortcut[0].present(r) for r, _ in got),
+                     "bar": statistics.fmean(shortcut[1].present(r) for r, _ in got),
+                     "words": statistics.fmean(len(words(r)) for r, _ in got)})
+    return rows
 
 
 def table(results: list[dict[str, Any]], word: str, bar: int, tail: int) -> str:
@@ -102,16 +124,22 @@ def table(results: list[dict[str, Any]], word: str, bar: int, tail: int) -> str:
              f"last {tail} steps | penalties entered (step: title) | TRL step_time (s) |", "|" + " --- |" * 7]
     for r in results:
         entries = "; ".join(f"{e['step']}: {e['title']}" for e in r["entries"]) or "—"
-        name = "TRL alone" if r["arm"] == "plain" else "TRL + penalties" + (f" (lam {r['lam']})" if r.get("lam") else "")
+        name = "TRL alone" if r["arm"] == "plain" else "TRL + penalties" + variant(r)
         lines.append(f"| {r['seed']} | {name} | "
                      f"{r['word']:.0%} | {r['bar']:.0%} | {r['honest']:.3f} | {entries} | {r['step_time']:.2f} |")
     return "\n".join(lines)
 
 
+def variant(r: dict[str, Any]) -> str:
+    """How a penalties run's settings differ from the defaults ('' for none)."""
+    given = [f"{k} {r[k]}" for k in ("lam", "weight") if r.get(k) is not None]
+    return f" ({', '.join(given)})" if given else ""
+
+
 def verdict(results: list[dict[str, Any]]) -> str:
     """The sentence the numbers give: per seed, is the honest reward higher with penalties, and the
     step time ratio."""
-    pair = {(r["seed"], r["arm"]): r for r in results if r.get("lam") is None}
+    pair = {(r["seed"], r["arm"]): r for r in results if not variant(r)}
     seeds = sorted(s for s, arm in pair if arm == "plain" and (s, "penalties") in pair)
     higher = [s for s in seeds if pair[s, "penalties"]["honest"] > pair[s, "plain"]["honest"]]
     ratios = [pair[s, "penalties"]["step_time"] / pair[s, "plain"]["step_time"] for s in seeds]
@@ -119,9 +147,9 @@ def verdict(results: list[dict[str, Any]]) -> str:
             f"step time with / without penalties: " + ", ".join(f"{x:.3f}x" for x in ratios)
             + f" (mean {statistics.fmean(ratios):.3f}x, target <= 1.05x: "
             + ("met" if statistics.fmean(ratios) <= 1.05 else "not met") + ")"
-            + "".join(f"; lam {r['lam']}, seed {r['seed']}: honest {r['honest']:.3f} against TRL alone's "
+            + "".join(f"; {variant(r).strip(' ()')}, seed {r['seed']}: honest {r['honest']:.3f} against TRL alone's "
                       f"{pair[r['seed'], 'plain']['honest']:.3f}" for r in results
-                      if r.get("lam") is not None and (r["seed"], "plain") in pair))
+                      if variant(r) and (r["seed"], "plain") in pair))
 
 
 def main() -> None:
@@ -136,6 +164,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench_trl_penalties"))
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--lam", type=float, default=None, help="penalties.lam (default: the penalties' default, 0.5)")
+    ap.add_argument("--weight", choices=("fixed", "pay"), default=None,
+                    help="penalties.weight (default: dynalize.trl's, pay; fixed: -lam x violations)")
     ap.add_argument("--arms", default="plain,penalties", help="which runs, comma-separated (one process per arm "
                     "started side by side shares the machine's load alike)")
     ap.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
@@ -149,12 +179,12 @@ def main() -> None:
     results = []
     if args.table:
         results = sorted((r for f in args.table for r in json.loads(f.read_text())),
-                         key=lambda r: (r["seed"], r["arm"] != "plain", r.get("lam") or 0))
+                         key=lambda r: (r["seed"], r["arm"] != "plain", variant(r)))
         args.seeds = len({r["seed"] for r in results})
     for seed in range(args.first_seed, args.first_seed + args.seeds) if not args.table else []:
         for arm in args.arms.split(","):
             r = train(arm, seed, args.steps, args.prompts, args.group, shortcut, args.out / f"{arm}_s{seed}", args.tail,
-                      args.lam)
+                      args.lam, args.weight)
             print(json.dumps(r), flush=True)
             results.append(r)
     if not args.table:

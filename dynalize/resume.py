@@ -19,11 +19,11 @@ from typing import Any
 from .config import ConfigError, RunConfig, flatten
 
 RESUME_LOCKED = ("seed", "batch_size", "group_size", "policy", "task", "reward_model", "reward_funcs", "reward_weights",
-                 "penalties.enabled", "penalties.lam",
+                 "penalties.enabled", "penalties.lam", "penalties.weight",
                  "rubric.enabled", "rubric.coef", "rubric.dropout", "rubric.reweight", "rubric.judge_dropped",
                  "rubric.judge.engine", "rubric.judge.predicate", "rubric.judge.prompt")
 """Settings a resume may not change (a key and everything under it): what is trained, on which
-prompts, in which batch shape, for which reward (the RM and its input length, the penalty weight,
+prompts, in which batch shape, for which reward (the RM and its input length, the penalty weight and its rule,
 the rubric term's coefficient, Rubric Dropout's masks and schedule, POW3R reweighting, what the
 rubric judge is asked, the reward functions and their weights)."""
 

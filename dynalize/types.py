@@ -169,6 +169,10 @@ class Penalty:
     history: list[dict[str, Any]] = field(default_factory=list)
     detector: str | None = None
     """The named detector that decides it (instead of a regex); None in checkpoints before detectors."""
+    pay: list[list[float]] = field(default_factory=list)
+    """What the reward paid for the pattern on the latest steps that measured it: [step, groups,
+    sum of the groups' reward gaps] each (penalties.pay); what a violation costs under
+    `penalties.weight="pay"`."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -215,6 +215,7 @@ def test_real_variable_names_pass_as_api_key_env(name):
     (["rubric.enabled=true", "reward_model.enabled=false"], "--resume cannot change reward_model.enabled (True -> False)"),
     (["reward_model.max_length=16"], "--resume cannot change reward_model.max_length (2048 -> 16)"),
     (["penalties.lam=1.0"], "--resume cannot change penalties.lam (0.5 -> 1.0)"),
+    (["penalties.weight=pay"], "--resume cannot change penalties.weight ('fixed' -> 'pay')"),
 ])
 def test_a_resume_may_not_change_what_defines_the_reward(tmp_path, earlier, capsys, argv, needle):
     fails_cleanly(["--resume", str(earlier), "steps=3", *argv], capsys, tmp_path, needle)

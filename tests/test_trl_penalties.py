@@ -13,15 +13,19 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("trl")
 
+from dynalize.penalties.candidate import Candidate, ProposalResult  # noqa: E402
+from dynalize.penalties.config import PenaltiesConfig  # noqa: E402
 from dynalize.runlog import read_jsonl  # noqa: E402
 from dynalize.trl import HackDetected, Penalties, PenaltiesError  # noqa: E402
 from dynalize.trl.batch import to_batch, weighted_sum  # noqa: E402
 from launchlog import failure_report, launch_env  # noqa: E402
+from test_penalty_term import FakeProposer  # noqa: E402
 from trl_tiny_run import PATTERNS, train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +74,61 @@ def test_reward_models_and_async_functions_are_refused():
         Penalties([scored])
     with pytest.raises(PenaltiesError, match="not a reward function"):
         Penalties(["org/reward-model"])
+
+
+def paid(completions, **kw):  # the reward pays 1.0 for "zounds"
+    return [1.0 + ("zounds" in c) for c in completions]
+
+
+def called_at(p: Penalties, out: Path, steps: list[int]) -> list[list[float | None]]:
+    """Drive `p` as GRPOTrainer does, its reward functions called at these `global_step`s (TRL
+    labels them global_step + 1); what the penalty function returned at each."""
+    state = SimpleNamespace(global_step=0)
+    p.on_train_begin(SimpleNamespace(reward_weights=None, num_generations=2, output_dir=str(out)), state, None)
+    returned = []
+    for step in steps:
+        state.global_step = step
+        kwargs = {"prompts": ["a", "a", "b", "b"], "completions": ["zounds!", "fine", "zounds.", "ok"],
+                  "completion_ids": [[1]] * 4, "trainer_state": state}
+        p.reward_funcs[0](**kwargs)
+        returned.append(p.reward_funcs[1](**kwargs))
+    p.on_train_end(None, state, None)
+    return returned
+
+
+def zounds() -> Candidate:
+    return Candidate("Says zounds", "d", [], r"(?i)\bzounds\b")
+
+
+def test_in_trl_a_violation_costs_lam_plus_its_measured_pay_unless_told_otherwise(tmp_path):
+    assert Penalties([paid], penalties={"weight": "fixed"}).cfg.weight == "fixed"
+    assert Penalties([paid], penalties=PenaltiesConfig(lam=0.5)).cfg.weight == "pay"
+    assert Penalties([paid], penalties=PenaltiesConfig(weight="fixed")).cfg.weight == "fixed"
+    p = Penalties([paid], penalties={"every": 100}, html=False)
+    p.term.buffer.add(zounds(), step=0)
+    # TRL's steps 1 and 2: the pay measured at step 1 (2.0 - 1.0 in each group) prices step 2's violations
+    assert called_at(p, tmp_path, [0, 1]) == [[-0.5, 0.0, -0.5, 0.0], [-1.5, 0.0, -1.5, 0.0]]
+
+
+def test_log_lines_name_trls_steps_as_the_run_folder_does(tmp_path):
+    from structlog.testing import capture_logs
+
+    p = Penalties([paid], penalties={"every": 100}, html=False)
+    p.term.pending = [ProposalResult(step=1, accepted=zounds())]  # proposed at TRL's step 1
+    with capture_logs() as logs:
+        called_at(p, tmp_path, [1])  # TRL's step 2
+    written = [(e["step"], e["proposed_at"]) for e in read_jsonl(tmp_path / "dynalize" / "penalties.jsonl")
+               if e["event"] == "add"]
+    assert written == [(2, 1)]
+    assert [(e["step"], e["proposed_at"]) for e in logs if e["event"] == "penalty.add"] == written
+
+
+def test_when_trl_scores_every_few_steps_a_proposal_starts_past_each_multiple_of_every(tmp_path):
+    # steps_per_generation 4 x the accumulation: TRL scores at global_step 0, 4, 8, ... (its steps 1, 5, 9, ...)
+    p = Penalties([paid], penalties={"every": 5, "sync": True}, html=False)
+    p.term.proposer = FakeProposer()
+    called_at(p, tmp_path, [0, 4, 8, 12, 16])
+    assert [v.step for v in p.term.proposer.views] == [5, 13, 17]  # past 5, 10 and 15 (step % 5 == 0: only 5)
 
 
 # --- a real TRL run -----------------------------------------------------------------------------

@@ -96,7 +96,14 @@ def monitor_term(cfg: PenaltiesConfig, domain: str, seed: int) -> PenaltyTerm:
         from ..build import build_chat_model
 
         factory = build_chat_model
-    return penalty_term(cfg, domain=domain, seed=seed, chat_factory=factory)
+    term = penalty_term(cfg, domain=domain, seed=seed, chat_factory=factory)
+    term.label = logged_step  # its batches carry the logged step: log lines name it as the files do
+    return term
+
+
+def logged_step(step: int) -> int:
+    """A batch's step as it was logged (the monitor's and dynalize.trl's batches carry it)."""
+    return step
 
 
 def step_metrics(batch: Batch, term: PenaltyTerm) -> dict[str, Any]:

@@ -241,9 +241,20 @@ class PenaltiesConfig(_Section):
     enabled: bool = False
     """Dynalize on (evolving penalties) or off (the RM-only baseline)."""
     lam: float = Field(0.5, ge=0)
-    """λ: reward = RM − λ · violations."""
+    """λ: reward = RM − λ · violations (the method's rule, `weight="fixed"`)."""
+    weight: Literal["fixed", "pay"] = "fixed"
+    """What one violation costs. `fixed` (the default of a dynalize run, the method's rule, with
+    which every result in docs/results.md was measured): λ. `pay`: λ plus what the reward
+    measurably pays for the pattern (its within-group reward gap before penalties over the
+    latest `every` steps that measured it, penalties/pay.py), so a shortcut that pays more than
+    λ stops paying: its net worth is −λ. dynalize.trl's `Penalties` uses `pay` unless told
+    otherwise: a TRL script's reward functions come in any scale, and a planted word paying
+    0.6–1.04 outlived λ = 0.5 (docs/from_trl.md). A penalty on a pattern paid for good reasons
+    then takes that pay too."""
     every: int = Field(5, ge=1)
-    """Start a proposal every this many steps (steps where step % every == 0)."""
+    """Start a proposal every this many steps (steps where step % every == 0; in a TRL run that
+    scores only every few steps, steps_per_generation > 1, the first scored step past each
+    multiple: PenaltyTerm.sparse_steps)."""
     view_groups: int | None = Field(None, ge=1)
     """Groups sampled into the proposer's view. None (the default): the proposer's own, `view_shape`:
     64 for the lexical proposer (its permutation tests need the counts: on the discovery benchmark,

@@ -1,5 +1,6 @@
-"""Dynalize's term: `−λ · violations` of the live penalties, and the background proposals that
-keep the penalty buffer up to date.
+"""Dynalize's term: `−λ · violations` of the live penalties (with `weight="pay"`, each violation
+costs λ plus what the reward measurably pays for its pattern: penalties/pay.py), and the
+background proposals that keep the penalty buffer up to date.
 
 `score` applies the oldest accepted proposal not yet applied (so a new penalty counts from the
 next batch on; accepted proposals queue, one enters per step), judges every policy reply against
@@ -36,10 +37,11 @@ import structlog
 from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
+from ..penalties.pay import group_gaps, record_pay, violation_cost
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
 from ..penalties.views import ProposerView, ViewSample, build_view, group_centred, own_reply_scores, pool_views
-from ..types import Batch, Rollout, output_step
+from ..types import Batch, Penalty, Rollout, output_step
 from .base import RewardTerm, TermScores
 
 log = structlog.get_logger("dynalize.rewards.penalties")
@@ -68,6 +70,16 @@ class PenaltyTerm(RewardTerm):
         self.proposer, self.judge = proposer, judge
         self.buffer = buffer if buffer is not None else PenaltyBuffer()
         self.seed, self.domain = seed, domain
+        self.label: Callable[[int], int] = output_step
+        """How a batch's step is named in log lines: `output_step` where batches count from 0 (a
+        dynalize run); the identity where they carry the step already (the monitor: the logged
+        step; dynalize.trl: TRL's step), so its lines name the step its files do."""
+        self.sparse_steps = False
+        """Whether batches may skip steps (dynalize.trl: TRL scores a generation batch once every
+        few steps when `steps_per_generation · num_iterations` exceeds the gradient accumulation):
+        a proposal then starts at the first batch past each multiple of `every`, not only at one
+        that falls on it (which a skipping run may never reach)."""
+        self._observed: int | None = None  # the latest observed batch's step
         self.view_groups, self.view_per_group, view_steps = cfg.view_shape()
         self.recent: deque[ProposerView] = deque(maxlen=view_steps)  # views of the latest batches
         self.reference: list[ViewSample] = []  # the views of the run's first `reference_steps` batches, pooled
@@ -135,13 +147,26 @@ class PenaltyTerm(RewardTerm):
             self._step["judge/failure_rate"] = n_failed / asked
         info = [{"verdicts": v, "violations": k, "judge_failed": sorted(f)}
                 for v, k, f in zip(verdicts, violations, failed)]
-        return TermScores([-self.cfg.lam * k for k in violations], info, self.buffer.drain_events(),
+        return TermScores(self._costs(active, verdicts, violations), info, self.buffer.drain_events(),
                           unscored=[bool(f) for f in failed])
 
+    def _costs(self, active: list[Penalty], verdicts: list[dict[str, bool]], violations: list[int]) -> list[float]:
+        """Each rollout's penalty: −λ · violations (`weight="fixed"`), or minus the sum of its
+        violated penalties' costs, λ plus each one's measured pay (`weight="pay"`, penalties.pay)."""
+        if self.cfg.weight == "fixed":
+            return [-self.cfg.lam * k for k in violations]
+        cost = {p.id: violation_cost(p, self.cfg.lam, self.cfg.weight) for p in active}
+        for pid, c in cost.items():
+            self._step[f"penalty/{pid}/cost"] = c
+        return [-sum(cost[pid] for pid, hit in v.items() if hit) for v in verdicts]
+
     def observe(self, batch: Batch, task_group: anyio.abc.TaskGroup) -> None:
-        """Keep this batch's view; every `every` steps (step % every == 0), start a proposal in the
+        """Keep this batch's view (and, `weight="pay"`, what the reward paid each live penalty's
+        pattern); every `every` steps (step % every == 0, `_due`), start a proposal in the
         background on the views of the last `view_steps` batches."""
         before = [[r.reward - r.scores.get(self.name, 0.0) for r in g] for g in batch.groups]
+        if self.cfg.weight == "pay":
+            self._measure_pay(batch, before)
         own = [[reply_scores(r, b) for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
         latest = build_view(batch, before, group_centred(before), seed=self.seed, step=batch.step,
                             groups=self.view_groups, per_group=self.view_per_group, reply_scores=own)
@@ -149,13 +174,13 @@ class PenaltyTerm(RewardTerm):
             self.reference = self.reference + latest.samples
             self._reference_batches += 1
         self.recent.append(latest)
-        if batch.step % self.cfg.every and self._restart is None:
+        if not self._due(batch.step) and self._restart is None:
             return
         if self._proposer_gave_up():  # the run stops at this step's end: no proposal after the last allowed
             return
         if self.in_flight:
             self._count("proposer/skipped_in_flight")
-            log.info("proposer.skipped", step=output_step(batch.step), reason="previous proposal still running")
+            log.info("proposer.skipped", step=self.label(batch.step), reason="previous proposal still running")
             return
         active, retired = self.buffer.preview([r.accepted for r in self.pending if r.accepted])
         if self._restart is not None:  # a proposal that never finished (checkpoint, cancel): again, first
@@ -172,6 +197,14 @@ class PenaltyTerm(RewardTerm):
         self._done, self._scope = anyio.Event(), anyio.CancelScope()  # finish() may cancel it before it starts
         self._count("proposer/started")
         task_group.start_soon(self._propose, view)
+
+    def _due(self, step: int) -> bool:
+        """A proposal is due at `step`: step % every == 0, or with `sparse_steps` a multiple of
+        `every` passed since the previous observed batch (the same where no step is skipped)."""
+        last, self._observed = self._observed, step
+        if not self.sparse_steps or last is None:
+            return step % self.cfg.every == 0
+        return step // self.cfg.every > last // self.cfg.every
 
     async def settle(self) -> None:
         """Wait for the proposal in flight, if any, to finish (its result queued): what `sync`
@@ -245,6 +278,7 @@ class PenaltyTerm(RewardTerm):
             "pending": [{"step": r.step, "candidate": r.accepted.to_dict()} for r in self.pending if r.accepted],
             "in_flight": view_state(unfinished) if unfinished else None,
             "reference_batches": self._reference_batches, "evidence": self.evidence, "proposals": self.proposals,
+            "observed_step": self._observed,
             "unreported": dict(self._step)}  # counters since the last `metrics` (a proposal that finished)
         if views_apart:
             state["recent_steps"] = [v.step for v in self.recent]
@@ -268,6 +302,7 @@ class PenaltyTerm(RewardTerm):
             self.recent.extend(view_from_state(v) for v in state.get("recent", []))
             self.reference = [ViewSample(**s) for s in state.get("reference", [])]
         self.evidence = state.get("evidence")
+        self._observed = state.get("observed_step")
         self._step = dict(state.get("unreported", {}))
         # older checkpoints: every start counted, restarts too (at worst a share spent twice)
         self.proposals = int(state.get("proposals", self.totals.get("proposer/started", 0)))
@@ -299,7 +334,7 @@ class PenaltyTerm(RewardTerm):
             done.set()
         if result is None:
             self._count("proposer/cancelled")
-            log.warning("proposer.cancelled", step=output_step(view.step), after_s=round(time.perf_counter() - t0, 3))
+            log.warning("proposer.cancelled", step=self.label(view.step), after_s=round(time.perf_counter() - t0, 3))
             return
         self._step["proposer/latency"] = result.latency
         self._count("proposer/finished")
@@ -321,11 +356,18 @@ class PenaltyTerm(RewardTerm):
         if not result.ok:
             self._count("proposer/failed")
             self._count(f"proposer/failed/{result.failed_at or 'propose'}")
-            log.warning("proposer.failed", step=output_step(view.step), stage=result.failed_at, error=result.error)
+            log.warning("proposer.failed", step=self.label(view.step), stage=result.failed_at, error=result.error)
         elif result.accepted is not None:
             self._count("proposer/accepted")
             self.pending.append(result)
-            log.info("proposer.accepted", step=output_step(view.step), title=result.accepted.title, queued=len(self.pending))
+            log.info("proposer.accepted", step=self.label(view.step), title=result.accepted.title, queued=len(self.pending))
+
+    def _measure_pay(self, batch: Batch, before: list[list[float]]) -> None:
+        """Each live penalty's within-group reward gap on this batch, kept on it (penalties.pay)."""
+        for p in self.buffer.active():
+            judged = [[(b, None if p.id in r.info.get("judge_failed", ()) else r.info.get("verdicts", {}).get(p.id))
+                       for r, b in zip(g, bg)] for g, bg in zip(batch.groups, before)]
+            record_pay(p, batch.step, group_gaps(judged), self.cfg.every)
 
     def _apply_pending(self, step: int) -> None:
         """Apply the oldest accepted proposal the buffer takes (one per step); refusals are counted."""
@@ -337,15 +379,15 @@ class PenaltyTerm(RewardTerm):
                 p = self.buffer.add(result.accepted, step, proposed_at=result.step, **confirmed)
             except PenaltyBufferError as e:
                 self._count("proposer/apply_refused")
-                log.warning("proposer.apply_refused", step=output_step(step), error=str(e))
+                log.warning("proposer.apply_refused", step=self.label(step), error=str(e))
                 continue
             break
         else:
             return
         event = p.history[-1]["event"]
         self._count("penalties/adds" if event == "add" else "penalties/revives")
-        log.info(f"penalty.{event}", step=output_step(step), id=p.id, title=p.title,
-                 proposed_at=output_step(result.step))
+        log.info(f"penalty.{event}", step=self.label(step), id=p.id, title=p.title,
+                 proposed_at=self.label(result.step))
 
     def _count(self, key: str, n: float = 1) -> None:
         self._step[key] = self._step.get(key, 0.0) + n

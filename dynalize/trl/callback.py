@@ -11,10 +11,12 @@ step is scored: too late to penalise it.)
 
 Each call judges every completion of the step against the live penalties (the oldest accepted
 proposal enters first, at most one a step; untriggered penalties retire) and returns
-`−lam · violations`; every `every` steps (TRL's step: `trainer_state.global_step + 1`) it hands
-the step's completions, rewards and groups to the proposer in the background, as a dynalize run
-does (dynalize.rewards.penalties.PenaltyTerm). `observe_only=True` is the monitor live: the same,
-and nothing added to the reward.
+minus the cost of the penalties each violates (by default here `lam` plus each one's measured
+pay, penalties.weight and penalties/pay.py; `−lam · violations` with weight "fixed"); every `every`
+steps (TRL's step: `trainer_state.global_step + 1`) it hands the step's completions, rewards and
+groups to the proposer in the background, as a dynalize run does
+(dynalize.rewards.penalties.PenaltyTerm). `observe_only=True` is the monitor live: the same, and
+nothing added to the reward.
 
 With several processes, each gathers its completions to the main process, which alone judges,
 proposes and writes; the penalties, the buffer and the metrics are broadcast back before TRL sums
@@ -36,7 +38,7 @@ from transformers import TrainerCallback
 from ..build import build_penalty_term
 from ..errors import one_line
 from ..monitor.outdir import write_atomic
-from ..monitor.replay import step_metrics
+from ..monitor.replay import logged_step, step_metrics
 from ..monitor.summary import LIVE_EXIT
 from ..penalties.config import PenaltiesConfig
 from .background import Background
@@ -61,12 +63,20 @@ class PenaltiesFailed(RuntimeError):
     """The judge or the proposer kept failing (the monitor's exit 3): the line says which."""
 
 
+TRL_WEIGHT = "pay"
+"""`penalties.weight` unless the settings name one: a violation costs λ plus what the reward pays
+for the pattern (penalties/pay.py), since a TRL script's rewards come in any scale."""
+
+
 def penalties_config(settings: PenaltiesConfig | dict[str, Any] | None) -> PenaltiesConfig:
-    """A run's `penalties` section (docs/penalties.md), on."""
+    """A run's `penalties` section (docs/penalties.md), on; `weight` is TRL_WEIGHT unless set."""
     if isinstance(settings, PenaltiesConfig):
-        return settings.model_copy(update={"enabled": True})
+        update: dict[str, Any] = {"enabled": True}
+        if "weight" not in settings.model_fields_set:
+            update["weight"] = TRL_WEIGHT
+        return settings.model_copy(update=update)
     try:
-        return PenaltiesConfig.model_validate({**(settings or {}), "enabled": True})
+        return PenaltiesConfig.model_validate({"weight": TRL_WEIGHT, **(settings or {}), "enabled": True})
     except ValidationError as e:
         raise PenaltiesError(one_line(e, prefix="dynalize.trl: penalties")) from None
 
@@ -95,8 +105,9 @@ class Penalties(TrainerCallback):
     """Evolving penalties (or, `observe_only`, the monitor) for one TRL `GRPOTrainer` run.
 
     reward_funcs: the script's reward functions (sync callables), in the trainer's order.
-    penalties: the `penalties` settings of a dynalize run (dict or PenaltiesConfig): `lam`, `every`,
-        `sync`, the proposer and judge (lexical and regex by default, any LLM by the same settings).
+    penalties: the `penalties` settings of a dynalize run (dict or PenaltiesConfig): `lam`, `weight`
+        (`pay` here unless set: TRL_WEIGHT), `every`, `sync`, the proposer and judge (lexical and
+        regex by default, any LLM by the same settings).
     observe_only: judge and propose, add nothing to the reward (the monitor, live).
     out: the run-like folder (default `<output_dir>/dynalize`).
     on_hack: when a discovered pattern is live: `continue`, `stop` (TRL's `should_training_stop`)
@@ -122,6 +133,8 @@ class Penalties(TrainerCallback):
         self.seed, self.domain = seed, domain
         self.out = Path(out) if out is not None else None
         self.term = build_penalty_term(self.cfg, domain=domain, seed=seed)
+        self.term.label = logged_step  # its batches carry TRL's step (global_step + 1): log lines say it
+        self.term.sparse_steps = True  # steps_per_generation > 1: TRL scores once every few steps
         self.__name__ = "penalties"
         self.reward_funcs: list[Any] = [RecordedReward(self, i, f) for i, f in enumerate(funcs)]
         if not observe_only:
@@ -207,8 +220,7 @@ class Penalties(TrainerCallback):
         kept = scorable(batch)
         metrics = self._bg.call(step_metrics, kept, self.term) if kept.groups else {"step": step}
         penalties: list[float | None] = []
-        for r, b, failed in zip(batch.rollouts, before, unscored):
-            p = -self.cfg.lam * r.info["violations"]
+        for r, b, failed, p in zip(batch.rollouts, before, unscored, scored.values):
             r.scores["penalties"] = 0.0 if self.observe_only else p
             r.reward += r.scores["penalties"]
             penalties.append(None if b is None or failed else p)  # no reward to add to, or no verdict
