@@ -64,6 +64,9 @@ class ProposalResult:
     evidence_reason: str = ""
     detectable: float = float("inf")
     """The smallest effect (within-group reward stds) the proposal's test could detect."""
+    unnamed: list[str] | None = None
+    """Where the omnibus test passed (penalties.omnibus: the replies' form predicts the reward
+    within groups): the features that carry the fit, strongest first; None where it did not."""
 
     @property
     def ok(self) -> bool:

@@ -208,6 +208,8 @@ class LexicalProposer:
         back = [comeback[t.key] for t in passed if t.key in comeback]
         passed = [t for t in passed if t.key not in comeback]
         result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
+        if evidence.unnamed is not None and evidence.unnamed.passed:
+            result.unnamed = evidence.unnamed.carriers
         if evidence.unidentifiable:
             result.reject("not_identifiable", len(evidence.unidentifiable))
         worth = [t for t in passed if t.family == "across"

@@ -56,7 +56,7 @@ class PenaltyTerm(RewardTerm):
 
     TOTALS = ("judge/verdicts", "judge/failed_verdicts", "proposer/finished", "proposer/failed",
               "proposer/accepted", "penalties/adds", "penalties/revives", "proposer/apply_refused",
-              "proposer/insufficient")
+              "proposer/insufficient", "proposer/unnamed")
     """Counters also reported as running totals (`<name>_total`) in every step's metrics."""
 
     name = "penalties"
@@ -307,8 +307,13 @@ class PenaltyTerm(RewardTerm):
         self._count("proposer/regex_timeouts", result.regex_timeouts)
         if result.ok:
             self._count("proposer/insufficient", float(result.evidence == "insufficient"))
+            self._count("proposer/unnamed", float(result.unnamed is not None))
+            if result.unnamed is not None:
+                log.warning("proposer.unnamed", step=output_step(view.step), carried_by=result.unnamed,
+                            said="the reward pays for something in the replies' form that no pattern names yet")
             self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
-                             "detectable": result.detectable if math.isfinite(result.detectable) else None}
+                             "detectable": result.detectable if math.isfinite(result.detectable) else None,
+                             "unnamed": result.unnamed}
         for reason, n in result.rejected.items():
             self._count(f"proposer/rejected/{reason}", n)
         if not result.ok:
