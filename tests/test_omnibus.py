@@ -22,19 +22,20 @@ VOCAB = ("river stone lamp garden window quiet letter morning engine harbor pape
          "candle bridge market silver thunder meadow violin ladder cotton marble pepper kettle").split()
 
 
-def emphasised(words: list[str], rng: random.Random) -> list[str]:
-    """A random word of the reply in markdown bold: a form no single word names."""
+def struck(words: list[str], rng: random.Random) -> list[str]:
+    """A random word of the reply struck through (markdown `~~`): a form that no word and no form
+    of penalties.forms names."""
     i = rng.randrange(len(words))
-    return words[:i] + [f"**{words[i]}**"] + words[i + 1:]
+    return words[:i] + [f"~~{words[i]}~~"] + words[i + 1:]
 
 
-def capitalised(words: list[str], rng: random.Random) -> list[str]:
-    """A random word of the reply in capitals."""
+def bracketed(words: list[str], rng: random.Random) -> list[str]:
+    """A random word of the reply in square brackets."""
     i = rng.randrange(len(words))
-    return words[:i] + [words[i].upper()] + words[i + 1:]
+    return words[:i] + [f"[{words[i]}]"] + words[i + 1:]
 
 
-def samples(groups: int, seed: int, pay: float, mark=emphasised, rate: float = 0.5, per_group: int = 8):
+def samples(groups: int, seed: int, pay: float, mark=struck, rate: float = 0.5, per_group: int = 8):
     rng = random.Random(seed)
     texts, scores = [], []
     for _ in range(groups):
@@ -61,8 +62,8 @@ def propose(view_samples):
 
 
 def test_a_reward_paid_for_a_form_no_pattern_names_is_reported_as_unnamed_pay():
-    # bold or capitals on a different word each time: no word, opener or closer carries it
-    for mark in (emphasised, capitalised):
+    # strikethrough or brackets on a different word each time: no word, opener, closer or form carries it
+    for mark in (struck, bracketed):
         c, result = propose(samples(32, 0, 1.0, mark))
         assert c is None, c.title
         assert result.unnamed, (mark.__name__, result)
@@ -82,7 +83,7 @@ def test_the_omnibus_test_is_quiet_where_the_reward_pays_for_no_form():
 def test_the_omnibus_test_names_the_features_that_carry_the_fit():
     s = samples(16, 1, 1.5)
     o = omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]), 0.01, 200, 1)
-    assert o.passed and any("*" in name for name in o.carriers), o
+    assert o.passed and any("~" in name for name in o.carriers), o
 
 
 def test_form_features_keep_capitals_symbols_markup_and_lines():
@@ -111,8 +112,8 @@ def test_the_run_summary_says_unnamed_pay():
 
 
 @pytest.mark.slow
-def test_the_monitor_says_unnamed_pay_on_a_run_paid_for_bold_words(tmp_path):
-    # a logged run whose reward pays for bold on any word: no named pattern, exit 12 and the sentence
+def test_the_monitor_says_unnamed_pay_on_a_run_paid_for_struck_words(tmp_path):
+    # a logged run whose reward pays for striking any word through: no named pattern, exit 12 and the sentence
     from dynalize.monitor.__main__ import main
 
     rows = []

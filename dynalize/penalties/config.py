@@ -152,6 +152,11 @@ class LexicalConfig(_Section):
     tests/test_legitimate_pay.py at scale 10): on, a hack whose pay grows with what it adds to
     a reply (a sentence written twice, a paid word inside a phrase) is absorbed by the length
     curve, and 6 tests of tests/test_lexical.py lose their hack (issue 55, left open)."""
+    forms: bool = True
+    """Test the forms of penalties.forms beside the words (capitals, digits, symbols and emoji,
+    repeated punctuation, markdown emphasis, headings, list items, numbered points, several lines,
+    paragraphs, questions, exclamations): each a candidate of the wording family, decided by the
+    same tests, whose penalty is its regex (issue 56)."""
     omnibus: bool = True
     """Test, at each proposal, whether the replies' surface form predicts the reward within groups
     at all, beyond relevance, length and a finished ending (penalties.omnibus: cross-fitted ridge
