@@ -197,8 +197,8 @@ def carriers(blocks: dict[str, sparse.csr_matrix], names: dict[tuple[str, int], 
     y_norm = float(np.sqrt(y @ y)) or 1.0
     for block, x in blocks.items():
         cov = np.asarray(x.T @ y).ravel()
-        sums = (onehot.T @ x).toarray()
-        ss = np.asarray(x.multiply(x).sum(axis=0)).ravel() - ((sums ** 2) / n_g[:, None]).sum(axis=0)
+        between = sparse.diags(1.0 / n_g) @ (onehot.T @ x).power(2)  # per group: (its sum)^2 / its size
+        ss = np.asarray(x.multiply(x).sum(axis=0)).ravel() - np.asarray(between.sum(axis=0)).ravel()
         r = np.where(ss > 1e-9, cov / np.sqrt(np.maximum(ss, 1e-12)) / y_norm, 0.0)
         for j in np.argsort(-r)[:top]:
             if r[j] > 0 and (block, int(j)) in names:
