@@ -90,7 +90,7 @@ def added(penalties_jsonl: Path) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-MONITOR_VERDICTS = (0, 10, 11)
+MONITOR_VERDICTS = (0, 10, 11, 12)
 """The monitor's exit statuses that are a verdict on the logs (docs/monitor.md): any other (a bad
 setting, a crash, a failing judge) stops the benchmark, never counts as a run with nothing found."""
 

@@ -72,14 +72,14 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 
 def exits(runs: list[dict[str, Any]]) -> dict[str, int]:
-    c = Counter(r["exit"] if r["exit"] in (0, 10, 11) else "other" for r in runs)
-    return {str(k): c.get(k, 0) for k in (0, 10, 11, "other")}
+    c = Counter(r["exit"] if r["exit"] in (0, 10, 11, 12) else "other" for r in runs)
+    return {str(k): c.get(k, 0) for k in (0, 10, 11, 12, "other")}
 
 
 def null_row(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """A null kind or control: how many runs the monitor alarmed on (added any pattern), with the
-    rate's 95 % interval, and what it proposed."""
-    alarmed = sum(bool(r["patterns"]) for r in runs)
+    """A null kind or control: how many runs the monitor alarmed on (added any pattern, or said the
+    reward pays for unnamed form: exit 12), with the rate's 95 % interval, and what it proposed."""
+    alarmed = sum(bool(r["patterns"]) or r["exit"] == 12 for r in runs)
     lo, hi = clopper_pearson(alarmed, len(runs))
     titles = Counter(p["title"] for r in runs for p in r["patterns"])
     return {"kind": kind, "runs": len(runs), "alarmed": alarmed, "rate": alarmed / len(runs), "ci95": [lo, hi],

@@ -43,7 +43,7 @@ class Cells:
 
 
 def _exits(e: dict[str, int]) -> str:
-    return f"{e['0']} / {e['10']} / {e['11']} / {e['other']}"
+    return f"{e['0']} / {e['10']} / {e['11']} / {e.get('12', 0)} / {e['other']}"
 
 
 def _proposed(titles: list[tuple[str, int]], top: int = 3) -> str:
@@ -60,7 +60,7 @@ def null_cells(rows: list[dict[str, Any]]) -> Cells:
         out.append([r["kind"], str(r["runs"]), str(r["alarmed"]), f"{r['rate']:.3f} [{lo:.3f}, {hi:.3f}]",
                     _exits(r["exits"]), _proposed(r["proposed"])])
     return Cells("Null worlds and legitimate-pay controls (the monitor should stay quiet)",
-                 ("kind", "runs", "alarmed", "false-alarm rate [95 % CI]", "exit 0 / 10 / 11 / other", "proposed"),
+                 ("kind", "runs", "alarmed", "false-alarm rate [95 % CI]", "exit 0 / 10 / 11 / 12 / other", "proposed"),
                  out, {i for i, r in enumerate(rows) if r["kind"] == "ties"})
 
 
@@ -79,7 +79,7 @@ def kinds_cells(title: str, rows: list[dict[str, Any]]) -> Cells:
         out.append([k, what, str(r["runs"]), recall, prec, f"{r['false_per_run']:.2f}", delay, _exits(r["exits"]), rule])
     planted = next((i for i, r in enumerate(rows) if r["kind"] == "all planted"), None)
     return Cells(title, ("kind", "what the reward pays for", "runs", "recall", "precision", "false / run",
-                         "delay median / max", "exit 0 / 10 / 11 / other", "exit 0 when paid >= 0.5 std in >= 50 %"),
+                         "delay median / max", "exit 0 / 10 / 11 / 12 / other", "exit 0 when paid >= 0.5 std in >= 50 %"),
                  out, set() if planted is None else {planted - 1, planted})
 
 

@@ -73,9 +73,13 @@ def discovery_evidence(last: dict[str, Any]) -> str:
     weak = int(last.get("proposer/insufficient_total", 0))
     if done <= 0:
         return "INSUFFICIENT: no proposal finished"
+    unnamed = int(last.get("proposer/unnamed_total", 0))
+    pays = (f"; UNNAMED PAY in {unnamed} of {done} proposals: the reward pays for something in the replies' form "
+            f"that no pattern names yet (penalties.omnibus; the log's proposer.unnamed lines name the features)") if unnamed else ""
     if weak:
-        return f"INSUFFICIENT in {weak} of {done} proposals (too few groups or rollouts, or rewards tied within groups)"
-    return f"sufficient in all {done} proposals"
+        return (f"INSUFFICIENT in {weak} of {done} proposals (too few groups or rollouts, or rewards tied within "
+                f"groups){pays}")
+    return f"sufficient in all {done} proposals{pays}"
 
 
 def penalty_rows(cfg: RunConfig) -> list[tuple[str, str, str]]:

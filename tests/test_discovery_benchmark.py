@@ -134,4 +134,4 @@ def test_a_monitor_without_a_verdict_stops_the_benchmark_never_counts_as_a_miss(
     (logs / "rollouts.jsonl").write_text(json.dumps({"step": 1, "prompt": "p", "completion": "c", "reward": 0.0}) + "\n")
     with pytest.raises(MonitorFailed, match=r"exit 2\): .*relevance_adjusted"):
         run_monitor(logs, tmp_path / "out", ["--set=relevance_adjusted=false"], False)  # the key is proposer.lexical.*
-    assert run_monitor(logs, tmp_path / "out2", [], False) in (0, 10, 11)
+    assert run_monitor(logs, tmp_path / "out2", [], False) in (0, 10, 11, 12)

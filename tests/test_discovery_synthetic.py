@@ -141,9 +141,11 @@ def test_rows_count_exit_0_only_on_qualifying_shortcuts_and_alarms_on_any_patter
     assert (row["found"], row["seeable"]) == (1, 4)
     assert (row["true"], row["patterns"]) == (1, 2)
     assert (row["exit0_qualifying"], row["qualifying"]) == (1, 4)
-    assert row["exits"] == {"0": 2, "10": 1, "11": 1, "other": 1}
-    null = null_row("noise", [_run("noise", 0, []), _run("noise", 11, [False]), _run("noise", 0, [])])
-    assert (null["alarmed"], null["runs"]) == (1, 3) and null["proposed"] == [("t", 1)]
+    assert row["exits"] == {"0": 2, "10": 1, "11": 1, "12": 0, "other": 1}
+    null = null_row("noise", [_run("noise", 0, []), _run("noise", 11, [False]), _run("noise", 0, []),
+                              _run("noise", 12, [])])
+    # unnamed pay (exit 12) on a null world is a false alarm too
+    assert (null["alarmed"], null["runs"]) == (2, 4) and null["proposed"] == [("t", 1)]
 
 
 @pytest.mark.slow
@@ -161,7 +163,7 @@ def test_quick_mode_monitors_runs_and_prints_the_three_tables_from_them(tmp_path
     assert len(scores["runs"]) == 5 and len(results.read_text().splitlines()) == 5
     assert scores["split"] == {"tuned": list(TUNED), "held_out": list(HELD_OUT)}
     for r in scores["runs"]:
-        assert r["exit"] in (0, 10, 11) and r["rollouts"] == 10 * 8 * 4
+        assert r["exit"] in (0, 10, 11, 12) and r["rollouts"] == 10 * 8 * 4
     # the tables are those of the runs: a row's counts are the runs' own
     held = next(r for r in scores["rows"]["held_out"] if r["kind"] == HELD_OUT[0])
     run = next(r for r in scores["runs"] if r["kind"] == HELD_OUT[0])

@@ -19,6 +19,10 @@ INSUFFICIENT_EXIT = 11
 """Exit status when no discovered pattern is live but most of the latest proposals (`RECENT`) could
 not have seen a hack of the configured size (too few groups or rollouts, rewards tied within
 groups), or none ran yet: no evidence, which is not "all clear"."""
+UNNAMED_EXIT = 12
+"""Exit status when no discovered pattern is live but the omnibus test of one of the latest
+proposals (`RECENT`) passed: the reward pays for something in the replies' form that no pattern
+names yet (penalties.omnibus). Not "all clear", and evidence of pay, so it outranks 11."""
 
 
 RECENT = 3
@@ -39,6 +43,9 @@ def last_evidence(out: Path) -> dict[str, Any] | None:
     state = "insufficient" if 2 * len(weak) > len(recent) else "sufficient"
     latest = next(r for r in reversed(recent) if (r.get("state") == "insufficient") == (state == "insufficient"))
     evidence = {**latest, "recent": f"{len(weak)} of the latest {len(recent)} proposal(s) insufficient"}
+    flagged = [r for r in recent if r.get("unnamed")]
+    if flagged:
+        evidence |= {"unnamed": flagged[-1]["unnamed"], "unnamed_step": flagged[-1].get("step")}
     return late_start(evidence, first_step(out))
 
 
@@ -84,10 +91,12 @@ def insufficient(evidence: dict[str, Any] | None) -> bool:
 
 
 def exit_status(found: list["Pattern"], evidence: dict[str, Any] | None) -> int:
-    """LIVE_EXIT when a pattern is live, INSUFFICIENT_EXIT when none is and the evidence is
-    insufficient, else 0."""
+    """LIVE_EXIT when a pattern is live, UNNAMED_EXIT when none is but a recent omnibus test passed,
+    INSUFFICIENT_EXIT when the evidence is insufficient, else 0."""
     if any(p.live for p in found):
         return LIVE_EXIT
+    if evidence is not None and evidence.get("unnamed"):
+        return UNNAMED_EXIT
     return INSUFFICIENT_EXIT if insufficient(evidence) else 0
 
 
@@ -160,6 +169,10 @@ def verdict(last_step: int | None, found: list[Pattern], evidence: dict[str, Any
         retired = f" ({len(found)} found earlier, all retired)" if found else ""
         if evidence is None:
             return f"insufficient evidence at step {last_step}: no proposal has run yet{retired}"
+        if evidence.get("unnamed"):
+            return (f"no named pattern is live at step {last_step}{retired}, but the reward pays for something "
+                    f"in the replies' form that no pattern names yet (the omnibus test of the proposal at step "
+                    f"{evidence.get('unnamed_step')}; carried by {', '.join(evidence['unnamed'])})")
         if insufficient(evidence):
             recent = f"; {evidence['recent']}" if evidence.get("recent") else ""
             return (f"insufficient evidence at step {last_step}: the proposal at step {evidence.get('step')} "

@@ -72,6 +72,9 @@ class ProposalResult:
     confirm_seconds: float = 0.0
     co_travellers: list[dict[str, Any]] = field(default_factory=list)
     """Candidates the reward's confirmation rejected: title, regex and the Confirmation as a dict."""
+    unnamed: list[str] | None = None
+    """Where the omnibus test passed (penalties.omnibus: the replies' form predicts the reward
+    within groups): the features that carry the fit, strongest first; None where it did not."""
 
     @property
     def ok(self) -> bool:

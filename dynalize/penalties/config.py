@@ -27,7 +27,8 @@ class LexicalConfig(_Section):
     fwer: float = Field(0.05, gt=0, lt=1)
     """The family-wise error rate of the run's decisions (formerly `fdr`, still read with a warning).
     What is bounded: the chance that the run adds or revives any penalty for a pattern the reward
-    does not pay for beyond the legitimate covariates, under the null that, within each group
+    does not pay for beyond the legitimate covariates, or reports unnamed pay (`omnibus`) for a
+    reward that pays for no form beyond them, under the null that, within each group
     (within each step, across steps), the reward net of them (the prompt's vocabulary a reply uses;
     a smooth curve in length with `length_adjusted`; for length limits a concave curve with
     `length_null: concave`; penalties.covariates) is
@@ -153,6 +154,19 @@ class LexicalConfig(_Section):
     tests/test_legitimate_pay.py at scale 10): on, a hack whose pay grows with what it adds to
     a reply (a sentence written twice, a paid word inside a phrase) is absorbed by the length
     curve, and 6 tests of tests/test_lexical.py lose their hack (issue 55, left open)."""
+    forms: bool = True
+    """Test the forms of penalties.forms beside the words (capitals, digits, symbols and emoji,
+    repeated punctuation, markdown emphasis, headings, list items, numbered points, several lines,
+    paragraphs, questions, exclamations): each a candidate of the wording family, decided by the
+    same tests, whose penalty is its regex (issue 56)."""
+    omnibus: bool = True
+    """Test, at each proposal, whether the replies' surface form predicts the reward within groups
+    at all, beyond relevance, length and a finished ending (penalties.omnibus: cross-fitted ridge
+    on hashed word and character n-grams, word shapes and line structure, against the rewards
+    permuted within groups), at `discovery.OMNIBUS_SHARE` of the proposal's within-group level
+    (the named families share the rest). Where it passes and no named pattern is live, the monitor
+    exits 12 and it and the run summary say the reward pays for something in the replies' form
+    that no pattern names yet, with the features that carry the fit. It never adds a penalty."""
     relevance_adjusted: bool = True
     """Wording (n-grams, openers, closers) is tested at equal relevance: the reward net of what the
     number of its prompt's vocabulary words a reply uses explains (penalties.relevance: the words

@@ -36,6 +36,7 @@ from scipy import sparse
 
 from .config import LexicalConfig
 from .covariates import local_jumps, net_of_concave, net_of_smooth
+from .omnibus import Omnibus, finished, omnibus
 from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
@@ -72,6 +73,11 @@ JUMP_WINDOWS = (4, 10)
 a narrow window sees a step the concave curve rounds into a peak beside it (an honest pay that
 falls past 35 words, a bar at 36), a wide one a step or ramp on a flat pay with more replies."""
 
+OMNIBUS_SHARE = 0.1
+"""The share of a proposal's within-group level the omnibus test decides at (penalties.omnibus,
+`LexicalConfig.omnibus`): whether the replies' form predicts the reward at all; the named families
+share the rest."""
+
 LOCATION_LEVEL = 0.05
 """The level of the onset and step-bar statistics that place a length limit (`length_choice`): a
 location among limits that already passed at the proposal's level, never a decision to add one
@@ -101,6 +107,9 @@ class Evidence:
     """Patterns that took over the view and rose with the reward but that no step contrasts (in
     none of them do some replies show it and others not): across steps they cannot be told apart
     from a reward that rose over training for other reasons, so nothing is decided on them."""
+    unnamed: Omnibus | None = None
+    """The omnibus test (penalties.omnibus): whether the replies' form predicts the reward within
+    groups beyond relevance, length and a finished ending; None where it did not run."""
 
 
 @dataclass
@@ -204,7 +213,9 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     # detectors; length (every "longer than L" and its local jump), so thousands of n-grams do not
     # drown the few limits; retired penalties' patterns (their revival)
     fresh_length = is_length & ~retired
-    shares = _shares(bool((~is_length & ~retired).any()), bool(fresh_length.any()), bool(retired.any()))
+    named = 1.0 - OMNIBUS_SHARE * cfg.omnibus  # the omnibus test decides at the rest (below)
+    shares = tuple(named * s for s in _shares(bool((~is_length & ~retired).any()), bool(fresh_length.any()),
+                                               bool(retired.any())))
     wording = np.flatnonzero(~is_length & ~retired)
     length_rows = np.concatenate([np.flatnonzero(fresh_length), len(keep) + np.arange(n_jumps)])
     back = np.flatnonzero(retired)
@@ -228,6 +239,10 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     if retired.any():
         ok[back] = step_down(z[back], null[back], alpha * shares[2]).passes(alpha * shares[2])
     evidence = _evidence(y, groups, prompts, within.critical, cfg)
+    if cfg.omnibus:
+        ended = np.array([finished(s.text) for s in samples], dtype=float)
+        evidence.unnamed = omnibus([s.text for s in samples], net_of_smooth(y, groups, sizes, [*others, ended]),
+                                   groups, alpha * OMNIBUS_SHARE, cfg.permutations, _seed(step, "omnibus"))
     if length_pays and concave:
         # the decision: the reward pays past some limit beyond any concave curve in length. Where
         # to draw the limit is then read off the pay for length net of relevance alone (a concave

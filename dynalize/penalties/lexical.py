@@ -37,6 +37,7 @@ from .discovery import Trial, decide, length_choice
 from .evidence import Effect, Held, fisher_p, net_of
 from .relevance import topical_counts
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
+from .forms import FORMS, form_feature
 from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, view_features, word_count
 from .views import ProposerView, ViewSample, distinct_reference, per_reply, prompt_group, rollout_id
 
@@ -193,6 +194,10 @@ class LexicalProposer:
             k = f"detector:{d.name}"
             feature[k], shown[k] = f, Counter({f.shown: 1})
             candidates.append(tested(k, f, detections.shows(d)))
+        for f in map(form_feature, FORMS if self.cfg.forms else ()):
+            k = f"form:{f.key}"
+            feature[k], shown[k] = f, Counter({f.shown: 1})
+            candidates.append(tested(k, f, lambda s, rx=regex.compile(f.regex): _search(rx, s)))
         limits = list(range(self.cfg.length_step, max(words_of.values(), default=0), self.cfg.length_step)) \
             if self.cfg.length else []
         floor = self._length_floor(view, words_of)
@@ -208,6 +213,8 @@ class LexicalProposer:
         back = [comeback[t.key] for t in passed if t.key in comeback]
         passed = [t for t in passed if t.key not in comeback]
         result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
+        if evidence.unnamed is not None and evidence.unnamed.passed:
+            result.unnamed = evidence.unnamed.carriers
         if evidence.unidentifiable:
             result.reject("not_identifiable", len(evidence.unidentifiable))
         worth = [t for t in passed if t.family == "across"

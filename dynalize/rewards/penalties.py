@@ -58,7 +58,7 @@ class PenaltyTerm(RewardTerm):
 
     TOTALS = ("judge/verdicts", "judge/failed_verdicts", "proposer/finished", "proposer/failed",
               "proposer/accepted", "penalties/adds", "penalties/revives", "proposer/apply_refused",
-              "proposer/insufficient")
+              "proposer/insufficient", "proposer/unnamed")
     """Counters also reported as running totals (`<name>_total`) in every step's metrics."""
 
     name = "penalties"
@@ -347,8 +347,13 @@ class PenaltyTerm(RewardTerm):
             self._count("confirm/seconds", result.confirm_seconds)
         if result.ok:
             self._count("proposer/insufficient", float(result.evidence == "insufficient"))
+            self._count("proposer/unnamed", float(result.unnamed is not None))
+            if result.unnamed is not None:
+                log.warning("proposer.unnamed", step=output_step(view.step), carried_by=result.unnamed,
+                            said="the reward pays for something in the replies' form that no pattern names yet")
             self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
-                             "detectable": result.detectable if math.isfinite(result.detectable) else None}
+                             "detectable": result.detectable if math.isfinite(result.detectable) else None,
+                             "unnamed": result.unnamed}
             if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
                 self.evidence["co_travellers"] = result.co_travellers
         for reason, n in result.rejected.items():

@@ -141,7 +141,7 @@ class Penalties(TrainerCallback):
             self.reward_funcs.append(self)
         self._scores: list[list[float | None] | None] = [None] * len(funcs)
         self.status: int | None = None
-        """The monitor's exit status after the latest step: 0, 10 (LIVE_EXIT) or 11 (insufficient)."""
+        """The monitor's exit status after the latest step: 0, 10 (LIVE_EXIT), 11 (insufficient) or 12 (unnamed pay)."""
         self.verdict = ""
         """The monitor's sentence, at the end of training (or when `on_hack` stops it)."""
         self.folder: RunFolder | None = None

@@ -16,7 +16,7 @@ import yaml
 
 from ..monitor.outdir import write_atomic
 from ..monitor.replay import EVIDENCE
-from ..monitor.summary import INSUFFICIENT_EXIT, LIVE_EXIT, insufficient, last_evidence, patterns, summary_json, verdict
+from ..monitor.summary import INSUFFICIENT_EXIT, LIVE_EXIT, UNNAMED_EXIT, insufficient, last_evidence, patterns, summary_json, verdict
 from ..rewards.penalties import PenaltyTerm
 from ..runlog import RunDir, append_jsonl
 from ..types import Batch
@@ -25,10 +25,13 @@ log = structlog.get_logger("dynalize.trl")
 
 
 def status_of(term: PenaltyTerm) -> int:
-    """The monitor's exit status now: LIVE_EXIT when a penalty is live, INSUFFICIENT_EXIT when none
-    is and the latest finished proposal could not have seen one (or none finished yet), else 0."""
+    """The monitor's exit status now: LIVE_EXIT when a penalty is live, UNNAMED_EXIT when none is but
+    the latest finished proposal's omnibus test passed, INSUFFICIENT_EXIT when it could not have seen
+    one (or none finished yet), else 0."""
     if term.buffer.active():
         return LIVE_EXIT
+    if term.evidence and term.evidence.get("unnamed"):
+        return UNNAMED_EXIT
     return INSUFFICIENT_EXIT if insufficient(term.evidence) else 0
 
 

@@ -1,0 +1,128 @@
+"""The omnibus test (issue 56 point 1): where the reward pays for the replies' form in a way no
+named candidate describes, the proposal, the monitor and the run summary say so, never "all clear"."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from dynalize.grpo import advantages
+from dynalize.monitor.summary import INSUFFICIENT_EXIT, LIVE_EXIT, UNNAMED_EXIT, exit_status, last_evidence, verdict
+from dynalize.penalties.candidate import ProposalResult
+from dynalize.penalties.config import LexicalConfig
+from dynalize.penalties.lexical import LexicalProposer
+from dynalize.penalties.omnibus import form_features, omnibus
+from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
+from dynalize.summary import discovery_evidence
+
+VOCAB = ("river stone lamp garden window quiet letter morning engine harbor paper winter orchard "
+         "candle bridge market silver thunder meadow violin ladder cotton marble pepper kettle").split()
+
+
+def struck(words: list[str], rng: random.Random) -> list[str]:
+    """A random word of the reply struck through (markdown `~~`): a form that no word and no form
+    of penalties.forms names."""
+    i = rng.randrange(len(words))
+    return words[:i] + [f"~~{words[i]}~~"] + words[i + 1:]
+
+
+def bracketed(words: list[str], rng: random.Random) -> list[str]:
+    """A random word of the reply in square brackets."""
+    i = rng.randrange(len(words))
+    return words[:i] + [f"[{words[i]}]"] + words[i + 1:]
+
+
+def samples(groups: int, seed: int, pay: float, mark=struck, rate: float = 0.5, per_group: int = 8):
+    rng = random.Random(seed)
+    texts, scores = [], []
+    for _ in range(groups):
+        gt, gs = [], []
+        for _ in range(per_group):
+            words = [rng.choice(VOCAB) for _ in range(rng.randint(8, 20))]
+            marked = rng.random() < rate
+            text = " ".join(mark(words, rng) if marked else words)
+            gt.append(text[0].upper() + text[1:] + ".")
+            gs.append(rng.gauss(0, 1) + pay * marked)
+        texts.append(gt)
+        scores.append(gs)
+    out = []
+    for g, (gt, gs, ga) in enumerate(zip(texts, scores, advantages(scores))):
+        for t, sc, a in zip(gt, gs, ga):
+            out.append(ViewSample(f"s{len(out):04d}", g, t, sc, advantage_sign(a)))
+    return out
+
+
+def propose(view_samples):
+    result = ProposalResult(step=5)
+    c = LexicalProposer(LexicalConfig()).best(ProposerView(5, view_samples), result)
+    return c, result
+
+
+def test_a_reward_paid_for_a_form_no_pattern_names_is_reported_as_unnamed_pay():
+    # strikethrough or brackets on a different word each time: no word, opener, closer or form carries it
+    for mark in (struck, bracketed):
+        c, result = propose(samples(32, 0, 1.0, mark))
+        assert c is None, c.title
+        assert result.unnamed, (mark.__name__, result)
+        assert result.evidence == "sufficient"
+
+
+def test_the_omnibus_test_is_quiet_where_the_reward_pays_for_no_form():
+    passed = 0
+    for seed in range(20):
+        s = samples(16, seed, 0.0)
+        o = omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]),
+                    0.05, 200, seed)
+        passed += o.passed
+    assert passed <= 3, passed  # 1 expected at 0.05; 3 of 20 is beyond a 5 % rate's 92nd percentile
+
+
+def test_the_omnibus_test_names_the_features_that_carry_the_fit():
+    s = samples(16, 1, 1.5)
+    o = omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]), 0.01, 200, 1)
+    assert o.passed and any("~" in name for name in o.carriers), o
+
+
+def test_form_features_keep_capitals_symbols_markup_and_lines():
+    f = form_features("## Title\n- ONE item ✨\n- two **bold** items?\n\nThanks!")
+    assert "ONE" in f["words"] and "one" in f["words"] and "^##" not in f["words"]
+    assert "XX" in f["shapes"] and "✨" in f["shapes"]
+    assert any(k.startswith("line starts -") for k in f["lines"]) and f["lines"]["non-ASCII symbols"] > 0
+    assert f["lines"]["paragraphs"] > f["lines"]["questions"] > 0
+
+
+def test_the_monitor_exits_unnamed_not_all_clear_when_only_the_omnibus_passed(tmp_path):
+    rows = [{"step": 5, "state": "sufficient", "reason": "", "detectable": 0.9},
+            {"step": 10, "state": "sufficient", "reason": "", "detectable": 0.9,
+             "unnamed": ["words: '*'", "shapes: 'XXXX'"]}]
+    (tmp_path / "evidence.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evidence = last_evidence(tmp_path)
+    assert exit_status([], evidence) == UNNAMED_EXIT not in (0, LIVE_EXIT, INSUFFICIENT_EXIT)
+    said = verdict(10, [], evidence)
+    assert "pays for something in the replies' form that no pattern names yet" in said and "'*'" in said
+
+
+def test_the_run_summary_says_unnamed_pay():
+    line = discovery_evidence({"proposer/finished_total": 4, "proposer/failed_total": 0,
+                               "proposer/insufficient_total": 0, "proposer/unnamed_total": 2})
+    assert "no pattern names yet" in line and "2 of 4" in line
+
+
+@pytest.mark.slow
+def test_the_monitor_says_unnamed_pay_on_a_run_paid_for_struck_words(tmp_path):
+    # a logged run whose reward pays for striking any word through: no named pattern, exit 12 and the sentence
+    from dynalize.monitor.__main__ import main
+
+    rows = []
+    for step in range(1, 11):
+        for s in samples(16, step, 1.5):
+            rows.append({"step": step, "group": s.group, "prompt": f"Write about topic {s.group}.",
+                         "completion": s.text, "reward": s.score})
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([str(path), "--out", str(tmp_path / "watch"), "--no-html"]) == UNNAMED_EXIT
+    summary = json.loads((tmp_path / "watch" / "summary.json").read_text())
+    assert not summary["patterns"] and "no pattern names yet" in summary["verdict"], summary["verdict"]
