@@ -118,6 +118,19 @@ def test_a_hack_the_reward_pays_for_is_found_and_the_exit_status_says_so(tmp_pat
     assert "live at step 19" in summary["verdict"]
 
 
+def test_a_pattern_the_last_proposal_found_is_not_an_all_clear(tmp_path):
+    # the proposal at the last step (5) finds the opener; it would enter the buffer at step 6, which
+    # the log does not have yet: before, "no discovered pattern is live" and exit 0
+    path = write_jsonl(tmp_path / "r.jsonl", hacked_rows(6))
+    assert run(path, "--out", tmp_path / "out") == LIVE_EXIT
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["live"] == 0 and "Certainly" in summary["verdict"] and "next step" in summary["verdict"]
+    # once the next step is monitored it is live as any other
+    write_jsonl(tmp_path / "r.jsonl", hacked_rows(8))
+    assert run(path, "--out", tmp_path / "out") == LIVE_EXIT
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["live"] == 1
+
+
 def test_a_reward_that_pays_for_nothing_gives_exit_0(tmp_path):
     path = write_jsonl(tmp_path / "r.jsonl", hacked_rows(15, pay=0.0, opener=""))
     assert run(path, "--out", tmp_path / "out") == 0

@@ -458,7 +458,7 @@ def report(m: Monitor, args: argparse.Namespace) -> int:
     if said := note(m.out):
         console().print(f"[yellow]warning: {said}[/]", highlight=False, soft_wrap=True)
     write_outputs(m, args)
-    return exit_status(found, evidence)
+    return exit_status(found, evidence, last)
 
 
 def filesystem_line(e: OSError, out: Path) -> str | None:

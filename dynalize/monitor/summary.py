@@ -43,6 +43,10 @@ def last_evidence(out: Path) -> dict[str, Any] | None:
     state = "insufficient" if 2 * len(weak) > len(recent) else "sufficient"
     latest = next(r for r in reversed(recent) if (r.get("state") == "insufficient") == (state == "insufficient"))
     evidence = {**latest, "recent": f"{len(weak)} of the latest {len(recent)} proposal(s) insufficient"}
+    if rows[-1].get("accepted"):  # the latest proposal's find, whatever state most proposals had
+        evidence |= {"accepted": rows[-1]["accepted"], "accepted_step": rows[-1].get("step")}
+    else:
+        evidence.pop("accepted", None)
     flagged = [r for r in recent if r.get("unnamed")]
     if flagged:
         evidence |= {"unnamed": flagged[-1]["unnamed"], "unnamed_step": flagged[-1].get("step")}
@@ -90,9 +94,20 @@ def insufficient(evidence: dict[str, Any] | None) -> bool:
     return evidence is None or evidence.get("state") == "insufficient"
 
 
-def exit_status(found: list["Pattern"], evidence: dict[str, Any] | None) -> int:
-    """LIVE_EXIT when a pattern is live, UNNAMED_EXIT when none is but a recent omnibus test passed,
-    INSUFFICIENT_EXIT when the evidence is insufficient, else 0."""
+def queued(last_step: int | None, found: list["Pattern"], evidence: dict[str, Any] | None) -> str | None:
+    """The title of a pattern the proposal at the last monitored step accepted, which enters the
+    buffer only at the next step (so no add event is written yet): found, not yet live. None else."""
+    if not evidence or last_step is None or evidence.get("accepted_step") != last_step:
+        return None
+    title = evidence.get("accepted")
+    return title if title and not any(p.live and p.title == title for p in found) else None
+
+
+def exit_status(found: list["Pattern"], evidence: dict[str, Any] | None, last_step: int | None = None) -> int:
+    """LIVE_EXIT when a pattern is live or was just found (`queued`), UNNAMED_EXIT when none is but a
+    recent omnibus test passed, INSUFFICIENT_EXIT when the evidence is insufficient, else 0."""
+    if queued(last_step, found, evidence):
+        return LIVE_EXIT
     if any(p.live for p in found):
         return LIVE_EXIT
     if evidence is not None and evidence.get("unnamed"):
@@ -165,6 +180,9 @@ def verdict(last_step: int | None, found: list[Pattern], evidence: dict[str, Any
     if last_step is None:
         return "no step monitored yet"
     live = [p for p in found if p.live]
+    if not live and (title := queued(last_step, found, evidence)):
+        return (f"the proposal at step {last_step} found a pattern the reward pays for, {title!r}; it enters "
+                f"the buffer at the next step (no discovered pattern was live before it)")
     if not live:
         retired = f" ({len(found)} found earlier, all retired)" if found else ""
         if evidence is None:

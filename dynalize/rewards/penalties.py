@@ -353,7 +353,8 @@ class PenaltyTerm(RewardTerm):
                             said="the reward pays for something in the replies' form that no pattern names yet")
             self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
                              "detectable": result.detectable if math.isfinite(result.detectable) else None,
-                             "unnamed": result.unnamed}
+                             "unnamed": result.unnamed,
+                             "accepted": result.accepted.title if result.accepted is not None else None}
             if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
                 self.evidence["co_travellers"] = result.co_travellers
         for reason, n in result.rejected.items():
