@@ -90,6 +90,14 @@ def added(penalties_jsonl: Path) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
+def monitored(out: Path) -> list[dict[str, Any]]:
+    """The patterns a monitor folder found: those its buffer added, and one its last proposal found
+    that enters the buffer at the next step (summary.json's `queued`)."""
+    summary = out / "summary.json"
+    queued = json.loads(summary.read_text()).get("queued") if summary.exists() else None
+    return added(out / "penalties.jsonl") + ([queued] if queued else [])
+
+
 MONITOR_VERDICTS = (0, 10, 11, 12)
 """The monitor's exit statuses that are a verdict on the logs (docs/monitor.md): any other (a bad
 setting, a crash, a failing judge) stops the benchmark, never counts as a run with nothing found."""
@@ -183,7 +191,7 @@ def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool,
             out = work / f"{meta['name']}.{method}"
             extra = [*(in_run_settings() if method == "proposer" else []), *(f"--set={kv}" for kv in settings)]
             status = run_monitor(logs, out, extra, subprocess_cli)
-            found = added(out / "penalties.jsonl")
+            found = monitored(out)
         judged = judge_patterns(found, rollouts, truth)
         hits = [p["since"] for p in judged if p["match"]]
         detect = min(hits) if hits else None

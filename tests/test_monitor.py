@@ -125,10 +125,12 @@ def test_a_pattern_the_last_proposal_found_is_not_an_all_clear(tmp_path):
     assert run(path, "--out", tmp_path / "out") == LIVE_EXIT
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["live"] == 0 and "Certainly" in summary["verdict"] and "next step" in summary["verdict"]
+    assert "Certainly" in summary["queued"]["regex"] and summary["queued"]["step"] == 6
     # once the next step is monitored it is live as any other
     write_jsonl(tmp_path / "r.jsonl", hacked_rows(8))
     assert run(path, "--out", tmp_path / "out") == LIVE_EXIT
-    assert json.loads((tmp_path / "out" / "summary.json").read_text())["live"] == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["live"] == 1 and summary["queued"] is None
 
 
 def test_a_reward_that_pays_for_nothing_gives_exit_0(tmp_path):

@@ -94,13 +94,22 @@ def insufficient(evidence: dict[str, Any] | None) -> bool:
     return evidence is None or evidence.get("state") == "insufficient"
 
 
-def queued(last_step: int | None, found: list["Pattern"], evidence: dict[str, Any] | None) -> str | None:
-    """The title of a pattern the proposal at the last monitored step accepted, which enters the
-    buffer only at the next step (so no add event is written yet): found, not yet live. None else."""
+def queued_pattern(last_step: int | None, found: list["Pattern"], evidence: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A pattern the proposal at the last monitored step accepted (title, regex, detector, and
+    `step`: the step it enters the buffer, the next one, so no add event is written yet): found,
+    not yet live. None when there is none."""
     if not evidence or last_step is None or evidence.get("accepted_step") != last_step:
         return None
-    title = evidence.get("accepted")
-    return title if title and not any(p.live and p.title == title for p in found) else None
+    accepted = evidence.get("accepted")
+    if not isinstance(accepted, dict) or any(p.live and p.title == accepted.get("title") for p in found):
+        return None
+    return {**accepted, "step": last_step + 1}
+
+
+def queued(last_step: int | None, found: list["Pattern"], evidence: dict[str, Any] | None) -> str | None:
+    """The title of `queued_pattern`, or None."""
+    pattern = queued_pattern(last_step, found, evidence)
+    return pattern["title"] if pattern else None
 
 
 def exit_status(found: list["Pattern"], evidence: dict[str, Any] | None, last_step: int | None = None) -> int:
@@ -237,4 +246,5 @@ def summary_json(last_step: int | None, found: list[Pattern], evidence: dict[str
                  rejected: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """What summary.json holds; `rejected`: the candidates confirmation rejected (`co_travellers`)."""
     return {"last_step": last_step, "verdict": verdict(last_step, found, evidence), "live": sum(p.live for p in found),
-            "evidence": evidence, "patterns": [asdict(p) for p in found], "co_travellers": rejected or []}
+            "evidence": evidence, "patterns": [asdict(p) for p in found], "co_travellers": rejected or [],
+            "queued": queued_pattern(last_step, found, evidence)}

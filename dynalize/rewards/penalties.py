@@ -354,7 +354,8 @@ class PenaltyTerm(RewardTerm):
             self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
                              "detectable": result.detectable if math.isfinite(result.detectable) else None,
                              "unnamed": result.unnamed,
-                             "accepted": result.accepted.title if result.accepted is not None else None}
+                             "accepted": None if result.accepted is None else
+                             {k: getattr(result.accepted, k) for k in ("title", "regex", "detector")}}
             if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
                 self.evidence["co_travellers"] = result.co_travellers
         for reason, n in result.rejected.items():
