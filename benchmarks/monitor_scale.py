@@ -104,13 +104,25 @@ def monitor_cmd(log: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "dynalize.monitor", str(log), "--out", str(out), "--no-html", *extra]
 
 
+STOP_WAIT_S = 300
+"""How long a monitor may take to stop after Ctrl-C before the benchmark kills it and says so."""
+
+
+def _interruptible() -> None:
+    """In the monitor's process, before it starts: Ctrl-C stops it, even where the benchmark itself
+    was started in the background by a shell (which starts such jobs with SIGINT ignored, and a
+    child inherits that; Python then never turns SIGINT into KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Child:
     """A monitor subprocess and the kernel's accounting of it (`os.wait4`): CPU seconds (user +
     system) and peak resident memory, whatever else the machine runs."""
 
     def __init__(self, cmd: list[str], log: Path, root: Path = ROOT):
         with open(log, "w", encoding="utf-8") as err:  # the monitor's own lines, for a look afterwards
-            self.proc = subprocess.Popen(cmd, cwd=root, env=_env(root), stdout=subprocess.DEVNULL, stderr=err)
+            self.proc = subprocess.Popen(cmd, cwd=root, env=_env(root), stdout=subprocess.DEVNULL, stderr=err,
+                                         preexec_fn=_interruptible)
         self.usage: tuple[int, float, float] | None = None
 
     def running(self) -> bool:
@@ -163,6 +175,14 @@ def following(full: Path, out: Path, rows: int, steps: int, chunks: int) -> Meas
     _wait(out, steps, proc)  # the last step, once the file stayed quiet over a poll
     if proc.running():
         proc.proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while proc.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.running():
+            proc.proc.kill()
+            proc.wait()
+            raise SystemExit(f"monitor_scale: the --follow monitor did not stop within {STOP_WAIT_S} s of Ctrl-C "
+                             f"(killed; its lines: {out.with_suffix('.log')})")
     code, cpu, rss = proc.wait()
     return Measured("follow", rows, steps, cpu, time.perf_counter() - t0, rss, code, *verdicts(out))
 

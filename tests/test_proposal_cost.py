@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -48,8 +49,11 @@ def test_a_proposal_builds_patterns_only_for_ngrams_shown_in_enough_groups(monke
 @pytest.mark.slow
 def test_the_scale_benchmarks_quick_size_prints_its_table_and_sensible_verdicts(tmp_path):
     out = tmp_path / "scale.json"
+    # started as a shell's background job is (SIGINT ignored, inherited by its children): the
+    # benchmark's Ctrl-C must still stop the --follow monitor (before, it waited for it forever)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "monitor_scale.py"), "--quick", "--json", str(out)],
-                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
+                          capture_output=True, text=True, timeout=1800, cwd=ROOT,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "rollouts/CPU-s" in proc.stdout and "peak RSS MB" in proc.stdout
     measured = json.loads(out.read_text())

@@ -22,7 +22,8 @@ from dynalize.runlog import read_jsonl
 from dynalize.tasks.sandbox import default_features
 from dynalize.tasks.sandbox.grammar import corpus
 
-STEPS = 20
+STEPS = 30  # under issue 55's null (each pattern's pay net of the prompt's words a reply uses) the first
+# penalty enters at step 27 on this seed (within 20 steps before): the planted closing question
 
 
 def reaction(regex: str, feature, base: list[str]) -> float:
