@@ -106,18 +106,10 @@ def queued_pattern(last_step: int | None, found: list["Pattern"], evidence: dict
     return {**accepted, "step": last_step + 1}
 
 
-def queued(last_step: int | None, found: list["Pattern"], evidence: dict[str, Any] | None) -> str | None:
-    """The title of `queued_pattern`, or None."""
-    pattern = queued_pattern(last_step, found, evidence)
-    return pattern["title"] if pattern else None
-
-
 def exit_status(found: list["Pattern"], evidence: dict[str, Any] | None, last_step: int | None = None) -> int:
-    """LIVE_EXIT when a pattern is live or was just found (`queued`), UNNAMED_EXIT when none is but a
-    recent omnibus test passed, INSUFFICIENT_EXIT when the evidence is insufficient, else 0."""
-    if queued(last_step, found, evidence):
-        return LIVE_EXIT
-    if any(p.live for p in found):
+    """LIVE_EXIT when a pattern is live or was just found (`queued_pattern`), UNNAMED_EXIT when none is
+    but a recent omnibus test passed, INSUFFICIENT_EXIT when the evidence is insufficient, else 0."""
+    if any(p.live for p in found) or queued_pattern(last_step, found, evidence):
         return LIVE_EXIT
     if evidence is not None and evidence.get("unnamed"):
         return UNNAMED_EXIT
@@ -189,8 +181,8 @@ def verdict(last_step: int | None, found: list[Pattern], evidence: dict[str, Any
     if last_step is None:
         return "no step monitored yet"
     live = [p for p in found if p.live]
-    if not live and (title := queued(last_step, found, evidence)):
-        return (f"the proposal at step {last_step} found a pattern the reward pays for, {title!r}; it enters "
+    if not live and (just_found := queued_pattern(last_step, found, evidence)):
+        return (f"the proposal at step {last_step} found a pattern the reward pays for, {just_found['title']!r}; it enters "
                 f"the buffer at the next step (no discovered pattern was live before it)")
     if not live:
         retired = f" ({len(found)} found earlier, all retired)" if found else ""
