@@ -6,7 +6,8 @@ Each reply is described by a generic representation of its form (`form_features`
 n-grams with case kept and lowered, character n-grams with punctuation, symbols and capitals kept,
 word shapes (`Xxx`, `XX`, `dd`), what each line starts with, and counts of lines, paragraphs,
 questions, exclamations, capitals, digits and symbols outside ASCII. A ridge regression on them
-(kernel form, each block weighted alike) is fitted on some prompt groups and scored on the others
+(each block weighted alike; on the eigenfeatures of their kernel, one decomposition per proposal,
+the top `RANK` past `WHOLE_UP_TO` replies) is fitted on some prompt groups and scored on the others
 (`FOLDS`, cross-fitted), within groups, on the reward net of the legitimate covariates (the
 prompt's vocabulary a reply uses, a smooth curve in length, whether the reply is finished:
 penalties.covariates). The statistic is the held-out covariance of the predictions with that
