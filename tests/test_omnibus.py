@@ -8,13 +8,14 @@ import random
 
 import numpy as np
 import pytest
+from scipy import sparse
 
 from dynalize.grpo import advantages
 from dynalize.monitor.summary import INSUFFICIENT_EXIT, LIVE_EXIT, UNNAMED_EXIT, exit_status, last_evidence, verdict
 from dynalize.penalties.candidate import ProposalResult
 from dynalize.penalties.config import LexicalConfig
 from dynalize.penalties.lexical import LexicalProposer
-from dynalize.penalties.omnibus import form_features, omnibus
+from dynalize.penalties.omnibus import form_features, gram, omnibus, spectral_features
 from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
 from dynalize.summary import discovery_evidence
 
@@ -126,3 +127,35 @@ def test_the_monitor_says_unnamed_pay_on_a_run_paid_for_struck_words(tmp_path):
     assert main([str(path), "--out", str(tmp_path / "watch"), "--no-html"]) == UNNAMED_EXIT
     summary = json.loads((tmp_path / "watch" / "summary.json").read_text())
     assert not summary["patterns"] and "no pattern names yet" in summary["verdict"], summary["verdict"]
+
+
+def test_the_fit_features_reproduce_the_kernel_whole_and_its_top_directions_past_the_size():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 40))
+    kernel = x @ x.T  # rank 40
+    whole = spectral_features(kernel, None, seed=1)
+    assert np.allclose(whole @ whole.T, kernel)
+    top = spectral_features(kernel, 60, seed=1)  # a rank above the kernel's: the approximation is exact
+    assert top.shape[1] <= 60 and np.allclose(top @ top.T, kernel)
+    low = spectral_features(kernel, 10, seed=1)
+    values = np.linalg.eigvalsh(kernel)
+    assert np.isclose(np.linalg.norm(kernel - low @ low.T, 2), values[-11], rtol=0.05)  # the best rank 10
+
+
+def test_gram_is_the_exact_product_with_common_and_rare_columns():
+    rng = np.random.default_rng(2)
+    dense = (rng.random((200, 50)) < np.linspace(0.01, 0.9, 50)) * rng.integers(1, 30, (200, 50))
+    x = sparse.csr_matrix(dense.astype(float))
+    assert np.array_equal(gram(x), dense @ dense.T)
+
+
+def test_past_its_whole_size_the_omnibus_still_finds_form_pay_and_stays_quiet_without_it():
+    # 256 replies on 64 of the kernel's directions: the approximated fit keeps the test's power and level
+    for mark in (struck, bracketed):
+        s = samples(32, 3, 1.0, mark)
+        o = omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]), 0.01, 200, 1,
+                    whole_up_to=64, rank=64)
+        assert o.passed and any(ch in name for name in o.carriers for ch in "~["), (mark.__name__, o)
+    quiet = [omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]), 0.05, 200,
+                     seed, whole_up_to=64, rank=64).passed for seed in range(6) for s in [samples(32, 10 + seed, 0.0)]]
+    assert sum(quiet) <= 1, quiet
