@@ -197,7 +197,7 @@ def test_a_whole_run_confirms_the_penalty_and_its_summary_says_what_the_reward_p
     run = tmp_path / "confirmed"
     [add] = [e for e in read_jsonl(run / "penalties.jsonl") if e["event"] == "add"]
     assert add["confirmation"]["state"] == CONFIRMED
-    assert confirmation_text(add["confirmation"]) in " ".join(out.split()) or "reward pays" in out
+    assert "reward pays +" in out
     last = read_jsonl(run / "metrics.jsonl")[-1]
     assert last["confirm/reward_calls_total"] >= 128
     assert "confirmation (total)" in out
