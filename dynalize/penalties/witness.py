@@ -17,9 +17,10 @@ proposal, in the background with it: training never waits on it.
 A reward is `RewardFn`: `f(prompts, completions) -> list[float]`, one number per completion,
 called from a worker thread (one with `takes_originals` is also given `originals=`, the reply
 each completion is an edit of: a run's own reward, rewards.rescore, finds its rollouts by them;
-it raises `NotScorable` for replies it cannot rebuild: not confirmable, said so); a failure (after the reward's own retries) fails the proposal and
-stops the run with one line (`ConfirmingProposer.failure`, PenaltyTerm.stop_reason): never a
-silent fallback to the correlational decision.
+it raises `NotScorable` for replies it cannot rebuild: not confirmable, said so); a failure
+(after the reward's own retries) fails the proposal and stops the run with one line
+(`ConfirmingProposer.failure`, PenaltyTerm.stop_reason): never a silent fallback to the
+correlational decision.
 """
 
 from __future__ import annotations

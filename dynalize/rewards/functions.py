@@ -212,9 +212,9 @@ class FunctionsTerm(RewardTerm):
                 "log_metric": user.log}
         per: dict[str, list[float | None]] = {}
         for f in self.functions:
-            where = label or f"the batch of step {step}"
-            per[f.name] = checked_scores(await self._call(f, base, where), len(rollouts),
-                                         f"reward function {f.name!r} " + (f"({label})" if label else f"at step {step}"))
+            where = f"({label})" if label else f"at step {step}"
+            per[f.name] = checked_scores(await self._call(f, base, label or f"the batch of step {step}"),
+                                         len(rollouts), f"reward function {f.name!r} {where}")
         return per, extra, user
 
     async def score(self, batch: Batch) -> TermScores:
