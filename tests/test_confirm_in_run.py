@@ -91,13 +91,17 @@ def test_a_penalty_the_reward_pays_for_is_confirmed_in_a_run_with_its_pay():
 
 def test_a_co_traveller_is_not_proposed_in_a_run():
     # the reward pays for length past 20 words; "moreover" comes with the sentence that makes a reply long
-    term, stop = drive(["reward_funcs=[confirmworld:pays_length]", "penalties.proposer.lexical.length=false"],
-                       W.LONG)
+    with structlog.testing.capture_logs() as logs:
+        term, stop = drive(["reward_funcs=[confirmworld:pays_length]", "penalties.proposer.lexical.length=false"],
+                           W.LONG)
     assert stop is None and not term.buffer.active() and not term.pending
     rejected = term.evidence["co_travellers"]
     assert rejected and all(c["confirmation"]["state"] == "rejected" for c in rejected)
     assert any("moreover" in c["title"].lower() for c in rejected)
     assert term.totals["proposer/rejected/co_traveller"] >= len(rejected)
+    said = [e for e in logs if e["event"] == "proposer.co_traveller"]
+    assert len(said) == term.totals["proposer/rejected/co_traveller"]
+    assert all(e["said"].startswith("rejected: co-traveller (pay ") for e in said)
 
 
 def test_a_reward_that_fails_while_confirming_stops_the_run_with_one_line():

@@ -37,7 +37,7 @@ import structlog
 from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
-from ..penalties.confirm import NOT_CONFIRMABLE, Confirmation
+from ..penalties.confirm import NOT_CONFIRMABLE, Confirmation, confirmation_text
 from ..penalties.pay import group_gaps, record_pay, violation_cost
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
@@ -372,6 +372,9 @@ class PenaltyTerm(RewardTerm):
                              {k: getattr(result.accepted, k) for k in ("title", "regex", "detector")}}
             if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
                 self.evidence["co_travellers"] = result.co_travellers
+                for c in result.co_travellers if self.rescorer is not None else []:  # a run's log says each
+                    log.info("proposer.co_traveller", step=self.label(view.step), title=c["title"],
+                             said=confirmation_text(c["confirmation"]))
         for reason, n in result.rejected.items():
             self._count(f"proposer/rejected/{reason}", n)
         if not result.ok:
