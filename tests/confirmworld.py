@@ -61,3 +61,10 @@ def reply(topic: str, i: int, planted: str) -> str:
     if i % 2:
         body.insert(rng.randint(1, 2), planted)
     return " ".join(body)
+
+
+def rm_pays_indeed(replies):
+    """The same pay as an RM (`reward_model.engine: python`): each reply on its own, +1 for "indeed"."""
+    CALLS.append(len(replies))
+    SEEN.update(replies)
+    return [float("indeed" in t.lower()) + _noise("", t) for t in replies]

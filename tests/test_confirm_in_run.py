@@ -104,6 +104,34 @@ def test_a_co_traveller_is_not_proposed_in_a_run():
     assert all(e["said"].startswith("rejected: co-traveller (pay ") for e in said)
 
 
+def conversation(step: int, planted: str) -> Batch:
+    """12 prompts x 8 two-reply conversations; each reply carries `planted` on its own draw."""
+    groups = []
+    for g, t in enumerate(W.TOPICS):
+        rows = []
+        for i in range(8):
+            first, second = (W.reply(t, step * 1000 + 10 * i + k, planted) for k in (0, 3 + i // 2))
+            r = rollout(f"Write about the {t}.", g, first)
+            r.replies, r.turns = [first, second], [Message("assistant", first), Message("user", "Go on."),
+                                                   Message("assistant", second)]
+            rows.append(r)
+        groups.append(rows)
+    return Batch(step, groups)
+
+
+def test_a_multi_turn_run_whose_rm_pays_for_a_word_confirms_it_at_its_share_of_the_rollout():
+    # the RM scores each reply; the rollout's reward is their mean: a reply edited moves it by half the pay
+    term, stop = drive(["reward_model.enabled=true", "reward_model.engine=python",
+                        "reward_model.path=confirmworld:rm_pays_indeed"], W.PAID, make=conversation)
+    assert stop is None and isinstance(term.proposer, ConfirmingProposer)
+    [p] = term.buffer.active()
+    c = p.history[0]["confirmation"]
+    assert "indeed" in p.title.lower() and c["state"] == CONFIRMED and c["lo"] <= 0.5 <= c["hi"]
+    # the edits reached the RM as the conversation's replies, each after its own turns
+    assert any(W.PAID.split(",")[0] in t and t not in {r for s in range(2) for g in conversation(s, W.PAID).groups
+                                                       for x in g for r in x.replies} for t in W.SEEN)
+
+
 def test_a_reward_that_fails_while_confirming_stops_the_run_with_one_line():
     term, stop = drive(["reward_funcs=[confirmworld:fails_on_edits]"], W.PAID, steps=3)
     assert stop is not None and "\n" not in stop
