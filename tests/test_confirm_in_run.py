@@ -21,7 +21,7 @@ import confirmworld as W
 from dynalize.build import build_reward_terms
 from dynalize.config import load_config
 from dynalize.penalties.confirm import CONFIRMED, confirmation_text
-from dynalize.penalties.witness import ConfirmingProposer
+from dynalize.penalties.witness import ConfirmingProposer, Witness
 from dynalize.rewards.base import score_batch
 from dynalize.rewards.rescore import Rescorer, with_reply
 from dynalize.tasks.base import build_task
@@ -200,6 +200,36 @@ def test_a_multi_turn_reply_is_found_by_the_conversation_before_it():
     assert row.replies == ["first", "second, edited"]
     [row] = rescorer.rows(["hi"], ["first, edited"], ["first"])  # one message: the user's text alone
     assert row.replies == ["first, edited", "second"]
+
+
+def test_after_a_resume_only_the_replies_whose_rollouts_are_kept_are_edited():
+    from dynalize.penalties.candidate import Candidate
+    from dynalize.penalties.surface import reply_features
+    from dynalize.penalties.views import build_view, group_centred, pool_views
+    from dynalize.rewards.functions import FunctionsTerm, RewardFunction
+
+    before, after = batch(0, W.PAID), batch(1, W.PAID)  # a resumed process saw only the second
+    for r in before.rollouts:  # the first batch's replies, told apart
+        r.replies = [r.text + " Long ago."]
+        r.turns = [Message("assistant", r.replies[0])]
+    rescorer = Rescorer([FunctionsTerm([RewardFunction("pays_indeed", W.pays_indeed)], steps=2)])
+    views = []
+    for b in (before, after):
+        scores = [[float("indeed" in r.text.lower()) for r in g] for g in b.groups]
+        views.append(build_view(b, scores, group_centred(scores), step=b.step, groups=12, per_group=8))
+    candidate = Candidate("Replies use the word indeed", "d", regex=reply_features(W.PAID)["ngram1:indeed"].regex)
+    witness = Witness(rescorer)
+
+    async def check(kept):
+        for b in kept:
+            rescorer.remember(b)
+        return await anyio.to_thread.run_sync(witness.check, candidate, pool_views(views), 0.01)
+    c = anyio.run(check, [after])
+    assert c.state == CONFIRMED and c.deletions == c.insertions == 32
+    assert W.SEEN and not [t for t in W.SEEN if "Long ago" in t]  # nothing of the first batch was scored
+    rescorer = witness.reward = Rescorer(rescorer.terms)
+    c = anyio.run(check, [])  # nothing kept: not confirmable, said so
+    assert c.state == "not_confirmable" and "no longer kept" in c.reason
 
 
 @pytest.mark.slow

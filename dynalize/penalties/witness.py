@@ -17,7 +17,8 @@ proposal, in the background with it: training never waits on it.
 A reward is `RewardFn`: `f(prompts, completions) -> list[float]`, one number per completion,
 called from a worker thread (one with `takes_originals` is also given `originals=`, the reply
 each completion is an edit of: a run's own reward, rewards.rescore, finds its rollouts by them;
-it raises `NotScorable` for replies it cannot rebuild: not confirmable, said so); a failure
+it raises `NotScorable` for replies it cannot rebuild, and its `knows(prompt, reply)` leaves
+those out of the edits: not confirmable when none is left, said so); a failure
 (after the reward's own retries) fails the proposal and stops the run with one line
 (`ConfirmingProposer.failure`, PenaltyTerm.stop_reason): never a silent fallback to the
 correlational decision.
@@ -88,6 +89,8 @@ class Witness:
         rng = random.Random(seed)
         showing, lacking = [], []
         seen: set[tuple[str, str]] = set()
+        knows = getattr(self.reward, "knows", None)  # a run's reward: only replies whose rollouts it keeps
+        unknown = 0
         for s in view.samples:
             contexts = s.contexts if len(s.contexts) == len(s.parts) else [None] * len(s.parts)
             for reply, ctx in zip(s.parts, contexts):
@@ -95,6 +98,9 @@ class Witness:
                 if unit in seen:
                     continue
                 seen.add(unit)
+                if knows is not None and not knows(*unit):
+                    unknown += 1
+                    continue
                 if (hit := shows(form, reply)) is not None:
                     (showing if hit else lacking).append(unit)
         first = form.kind in ("phrase", "regex") and opens_replies(form, [r for _, r in showing])
@@ -110,7 +116,9 @@ class Witness:
             inserted = self._edits(lacking, lambda p, t: insert(form, t, first), rng)
         pairs = deleted + inserted
         if not pairs:
-            c = Confirmation(NOT_CONFIRMABLE, "no reply of the view could be edited")
+            c = Confirmation(NOT_CONFIRMABLE, f"the reward cannot rebuild the view's {unknown} replies (their rollouts "
+                             f"are no longer kept)" if unknown and not showing and not lacking
+                             else "no reply of the view could be edited")
         else:
             prompts = [p for p, _, _ in pairs] * 2
             originals = [o for _, o, _ in pairs]

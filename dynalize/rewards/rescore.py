@@ -21,8 +21,9 @@ as a `penalties.witness.RewardFn`:
 
 Training never waits on it: the proposal runs in the background and the witness inside it; a
 proposal cancelled at the run's end stops at its next reward call. A rollout no longer kept (a
-proposal restarted from a checkpoint, whose batches a resumed run never saw) cannot be rebuilt:
-that check is `not_confirmable`, said so (witness.NotScorable). Any other failure of the reward
+proposal restarted from a checkpoint, or the first proposals after a resume, whose views hold
+batches the resumed process never saw) cannot be rebuilt: the witness edits only the replies
+whose rollouts are kept (`knows`), and a check left with none is `not_confirmable`, said so. Any other failure of the reward
 fails the proposal and stops the run with one line (ConfirmingProposer.failure).
 
 `confirm_in_run` wires it where the run's terms are built (dynalize.build): on by default
@@ -140,6 +141,11 @@ class Rescorer:
                         index.setdefault((prompt_of(ctx), reply), (r, k))
             self._index, self._indexed = index, steps
         return self._index
+
+    def knows(self, prompt: str, reply: str) -> bool:
+        """Whether the rollout of `reply` to `prompt` is kept (the witness edits only those: after
+        a resume, a view's replies of batches before it are not)."""
+        return (prompt, reply) in self._lookup()
 
     def rows(self, prompts: list[str], completions: list[str], originals: list[str] | None = None) -> list[Rollout]:
         """Each completion as an edited copy of the kept rollout whose reply (`originals[i]`, or
