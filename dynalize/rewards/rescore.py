@@ -106,7 +106,7 @@ class Rescorer:
         self._batches: dict[int, Batch] = {}
         self._lock = threading.Lock()
         self._index: dict[tuple[str, str], tuple[Rollout, int]] = {}
-        self._indexed: tuple[int, ...] = ()
+        self._indexed: tuple[tuple[int, int], ...] = ()
         self._token: Any = None
         self._loop_thread: int | None = None
         self._step = 0
@@ -120,9 +120,10 @@ class Rescorer:
         with self._lock:
             self._batches[batch.step] = batch
             self._step = max(self._step, batch.step)
-            if keep_from is not None:
-                for step in [s for s in self._batches if s < keep_from]:
+            if keep_from is not None and (old := [s for s in self._batches if s < keep_from]):
+                for step in old:
                     del self._batches[step]
+                self._index, self._indexed = {}, ()  # no reference left to the batches forgotten
 
     def kept(self) -> list[int]:
         """The steps of the batches kept."""
@@ -130,17 +131,21 @@ class Rescorer:
             return sorted(self._batches)
 
     def _lookup(self) -> dict[tuple[str, str], tuple[Rollout, int]]:
+        """(prompt, reply) -> (rollout, reply index) over the kept batches, built in the proposal's
+        thread (off the loop) when they changed."""
         with self._lock:
-            batches = dict(self._batches)
-        steps = tuple(sorted(batches))
-        if steps != self._indexed:  # only the proposal's thread reads it: built there, off the loop
-            index: dict[tuple[str, str], tuple[Rollout, int]] = {}
-            for step in steps:
+            batches, index, indexed = dict(self._batches), self._index, self._indexed
+        steps = tuple((step, id(b)) for step, b in sorted(batches.items()))  # a batch replaced is new
+        if steps != indexed:
+            index = {}
+            for step, _ in steps:
                 for r in batches[step].rollouts:
                     for k, (reply, ctx) in enumerate(zip(reply_parts(r), reply_contexts(r))):
                         index.setdefault((prompt_of(ctx), reply), (r, k))
-            self._index, self._indexed = index, steps
-        return self._index
+            with self._lock:
+                if tuple((step, id(b)) for step, b in sorted(self._batches.items())) == steps:
+                    self._index, self._indexed = index, steps
+        return index
 
     def knows(self, prompt: str, reply: str) -> bool:
         """Whether the rollout of `reply` to `prompt` is kept (the witness edits only those: after
