@@ -30,6 +30,7 @@ from .plugins import import_object
 from .penalties.config import PenaltiesConfig
 from .rewards import PenaltyTerm, RewardTerm, RMTerm, RubricTerm
 from .rewards.functions import FunctionsTerm, RewardFunction, function_name, reserved_column
+from .rewards.rescore import confirm_in_run
 from .rubrics.config import RubricJudgeConfig
 from .rubrics.criteria import Criterion, RubricError, rubric_from_meta
 from .rubrics.dropout import unmatched
@@ -231,7 +232,9 @@ def build_reward_terms(cfg: RunConfig, task: Task) -> list[RewardTerm]:
             if problem := reserved_column(task_prompts(task, cfg.task.name, split)):  # type: ignore[arg-type]
                 raise ConfigError(problem)
     if cfg.penalties.enabled:
-        terms.append(build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed))
+        term = build_penalty_term(cfg.penalties, domain=task.description, seed=cfg.seed)
+        confirm_in_run(term, list(terms))  # penalties.confirm: candidates scored edited with the terms above
+        terms.append(term)
     return terms
 
 

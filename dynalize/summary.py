@@ -56,6 +56,8 @@ def summary_rows(history: list[dict[str, Any]], run_dir: Path | None = None,
             rows.append((f"{what} (total)", "", f"{n} of {total} ({n / total:.1%})" if total else "0 of 0"))
     if "proposer/insufficient_total" in last:
         rows.append(("discovery evidence", "", discovery_evidence(last)))
+    if "confirm/reward_calls_total" in last:  # a run that confirms candidates with its reward (rewards.rescore)
+        rows.append(("confirmation (total)", "", confirmation_cost(last)))
     for role, spent in cost_lines(last):
         rows.append((f"tokens: {role} (total)", "", spent))
     if any("eval/rubric/replies" in h for h in history) or missing:
@@ -80,6 +82,13 @@ def discovery_evidence(last: dict[str, Any]) -> str:
         return (f"INSUFFICIENT in {weak} of {done} proposals (too few groups or rollouts, or rewards tied within "
                 f"groups){pays}")
     return f"sufficient in all {done} proposals{pays}"
+
+
+def confirmation_cost(last: dict[str, Any]) -> str:
+    """What confirming candidates with the run's reward cost and kept out, over the run."""
+    calls, co = int(last.get("confirm/reward_calls_total", 0)), int(last.get("proposer/rejected/co_traveller_total", 0))
+    return (f"{calls:,} replies scored by the reward in {last.get('confirm/seconds_total', 0.0):.1f} s (in the "
+            f"background); {co} co-traveller{'s' if co != 1 else ''} rejected")
 
 
 def penalty_rows(cfg: RunConfig) -> list[tuple[str, str, str]]:

@@ -310,6 +310,19 @@ class PenaltiesConfig(_Section):
     in the last checkpoint: a resumed or extended run proposes it again first, as after a crash.
     0 (the default): the end of a run never waits for a proposal that can no longer change its
     training."""
+    confirm: bool = True
+    """Confirm a candidate before it enters the buffer by scoring edited replies with the run's own
+    reward (penalties.witness: its pattern removed from replies that show it, put into replies that
+    lack it, rewards.rescore): the penalty enters only when the reward pays for the pattern itself;
+    a co-traveller is passed over. Only where every other reward term can score edited replies
+    (the RM, reward functions; not the rubric term): otherwise a warning
+    (`penalties.confirm_unavailable`) and the correlational decision, said so ("not confirmed:
+    correlational only"). It runs inside the proposal, in the background: training never waits on
+    it; its reward calls are counted (`confirm/reward_calls`). A reward that fails while confirming
+    stops the run with one line. In the monitor, `--reward` does this (docs/monitor.md)."""
+    confirm_edits: int = Field(32, ge=1)
+    """Confirmation edits at most this many replies each way (removing, inserting) per candidate:
+    up to 4 x this many replies scored per candidate checked."""
     proposer: ProposerConfig = ProposerConfig()
     """Who proposes penalties."""
     judge: JudgeConfig = JudgeConfig()

@@ -15,9 +15,13 @@ checked per proposal (each costs up to 4 x `max_edits` reward calls). The check 
 proposal, in the background with it: training never waits on it.
 
 A reward is `RewardFn`: `f(prompts, completions) -> list[float]`, one number per completion,
-called from a worker thread; a failure (after the reward's own retries) fails the proposal and
-stops the run with one line (`ConfirmingProposer.failure`, PenaltyTerm.stop_reason): never a
-silent fallback to the correlational decision.
+called from a worker thread (one with `takes_originals` is also given `originals=`, the reply
+each completion is an edit of: a run's own reward, rewards.rescore, finds its rollouts by them;
+it raises `NotScorable` for replies it cannot rebuild, and its `knows(prompt, reply)` leaves
+those out of the edits: not confirmable when none is left, said so); a failure
+(after the reward's own retries) fails the proposal and stops the run with one line
+(`ConfirmingProposer.failure`, PenaltyTerm.stop_reason): never a silent fallback to the
+correlational decision.
 """
 
 from __future__ import annotations
@@ -47,6 +51,11 @@ USER_PREFIX = "[user]\n"
 
 class RewardError(RuntimeError):
     """The reward could not score the edited replies (it raised, or gave the wrong answer)."""
+
+
+class NotScorable(Exception):
+    """The reward cannot be asked about these replies at all (a run's reward whose rollouts are no
+    longer kept: rewards.rescore): the candidate is not confirmable, said so; not a failure."""
 
 
 def prompt_of(context: str | None) -> str:
@@ -80,6 +89,8 @@ class Witness:
         rng = random.Random(seed)
         showing, lacking = [], []
         seen: set[tuple[str, str]] = set()
+        knows = getattr(self.reward, "knows", None)  # a run's reward: only replies whose rollouts it keeps
+        unknown = 0
         for s in view.samples:
             contexts = s.contexts if len(s.contexts) == len(s.parts) else [None] * len(s.parts)
             for reply, ctx in zip(s.parts, contexts):
@@ -87,6 +98,9 @@ class Witness:
                 if unit in seen:
                     continue
                 seen.add(unit)
+                if knows is not None and not knows(*unit):
+                    unknown += 1
+                    continue
                 if (hit := shows(form, reply)) is not None:
                     (showing if hit else lacking).append(unit)
         first = form.kind in ("phrase", "regex") and opens_replies(form, [r for _, r in showing])
@@ -102,16 +116,23 @@ class Witness:
             inserted = self._edits(lacking, lambda p, t: insert(form, t, first), rng)
         pairs = deleted + inserted
         if not pairs:
-            c = Confirmation(NOT_CONFIRMABLE, "no reply of the view could be edited")
+            c = Confirmation(NOT_CONFIRMABLE, f"the reward cannot rebuild the view's {unknown} replies (their rollouts "
+                             f"are no longer kept)" if unknown and not showing and not lacking
+                             else "no reply of the view could be edited")
         else:
             prompts = [p for p, _, _ in pairs] * 2
-            scores = self._score(prompts, [o for _, o, _ in pairs] + [e for _, _, e in pairs])
-            original, edited = scores[:len(pairs)], scores[len(pairs):]
-            diffs = [a - b for a, b in zip(original, edited)]
-            k = len(deleted)
-            c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed,
-                       rule="together" if form.kind == "length" else "each")
-            c.reward_calls = len(prompts)
+            originals = [o for _, o, _ in pairs]
+            try:
+                scores = self._score(prompts, originals + [e for _, _, e in pairs], originals * 2)
+            except NotScorable as e:
+                c = Confirmation(NOT_CONFIRMABLE, str(e))
+            else:
+                original, edited = scores[:len(pairs)], scores[len(pairs):]
+                diffs = [a - b for a, b in zip(original, edited)]
+                k = len(deleted)
+                c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed,
+                           rule="together" if form.kind == "length" else "each")
+                c.reward_calls = len(prompts)
         c.seconds = time.perf_counter() - t0
         return c
 
@@ -128,9 +149,16 @@ class Witness:
                     break
         return out
 
-    def _score(self, prompts: list[str], completions: list[str]) -> list[float]:
+    def _score(self, prompts: list[str], completions: list[str], originals: list[str] | None = None) -> list[float]:
+        """The reward of each completion; a reward that says it `takes_originals` (a run's own,
+        rewards.rescore) is told the reply each completion is an edit of."""
         try:
-            raw = self.reward(prompts, completions)
+            if getattr(self.reward, "takes_originals", False):
+                raw = self.reward(prompts, completions, originals=originals or completions)  # type: ignore[call-arg]
+            else:
+                raw = self.reward(prompts, completions)
+        except NotScorable:
+            raise
         except Exception as e:  # noqa: BLE001 - any failure of the user's reward, said in one line
             raise RewardError(f"the reward failed on the edited replies: {type(e).__name__}: {e}") from None
         try:

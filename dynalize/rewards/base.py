@@ -73,6 +73,20 @@ class RewardTerm(abc.ABC):
         every step; the loop writes a checkpoint first, so a fixed run resumes."""
         return None
 
+    rescorable: bool = False
+    """Whether `rescore` can score edited copies of rollouts (rewards.rescore: a run's
+    confirmation of discovered penalties scores replies with a pattern taken out or put in)."""
+
+    def not_rescorable(self) -> str | None:
+        """Why the term cannot score edited replies (one clause), or None when it can."""
+        return None if self.rescorable else f"the {self.name} term cannot score edited replies"
+
+    async def rescore(self, batch: Batch) -> list[float]:
+        """The term's value for each rollout of `batch`, as `score` gives it, without changing
+        the term's state or metrics: the rollouts are edited copies of scored ones
+        (rewards.rescore.with_reply), never trained on. Terms that can set `rescorable`."""
+        raise NotImplementedError(f"the {self.name} term cannot score edited replies")
+
     async def evaluate(self, batch: Batch) -> dict[str, float]:
         """Held-out metrics of the term on an evaluation batch (logged as `eval/<key>`, e.g. the
         rubric term's proxy/gold measurement); fields set in a rollout's `info` are written with

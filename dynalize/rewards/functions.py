@@ -176,7 +176,33 @@ class FunctionsTerm(RewardTerm):
         self.functions, self.steps, self.alone = functions, steps, alone
         self._metrics: dict[str, float] = {}
 
-    async def score(self, batch: Batch) -> TermScores:
+    @property
+    def rescorable(self) -> bool:  # type: ignore[override]
+        return self.not_rescorable() is None
+
+    def not_rescorable(self) -> str | None:
+        """A function that names `completion_ids` reads tokens an edited reply does not have."""
+        for f in self.functions:
+            try:
+                named = "completion_ids" in inspect.signature(f.fn).parameters
+            except (TypeError, ValueError):
+                named = False
+            if named:
+                return (f"reward function {f.name!r} reads completion_ids, which a reply edited to confirm a "
+                        f"penalty does not have")
+        return None
+
+    async def rescore(self, batch: Batch) -> list[float]:
+        """Σ weight · f(...) of each edited rollout, the functions called as `score` calls them
+        (what they log is dropped; an edited reply's `completion_ids` are empty): rewards.rescore."""
+        per, _, _ = await self._scores(batch, "replies edited to confirm a penalty")
+        return [weighted_sum([(f.weight, per[f.name][i]) for f in self.functions if per[f.name][i] is not None],
+                             batch.step + 1) for i in range(len(batch.rollouts))]
+
+    async def _scores(self, batch: Batch, label: str | None = None
+                      ) -> tuple[dict[str, list[float | None]], dict[str, list[Any]], UserMetrics]:
+        """Each function's scores of `batch` (None where it gave none), what they logged with
+        `log_extra` and `log_metric`. `label` names the batch in errors (default: its step)."""
         rollouts = batch.rollouts
         step = batch.step + 1  # batch k is step k + 1, as every output counts
         user = UserMetrics(step)
@@ -186,8 +212,15 @@ class FunctionsTerm(RewardTerm):
                 "log_metric": user.log}
         per: dict[str, list[float | None]] = {}
         for f in self.functions:
-            per[f.name] = checked_scores(await self._call(f, base, step), len(rollouts),
-                                         f"reward function {f.name!r} at step {step}")
+            where = f"({label})" if label else f"at step {step}"
+            per[f.name] = checked_scores(await self._call(f, base, label or f"the batch of step {step}"),
+                                         len(rollouts), f"reward function {f.name!r} {where}")
+        return per, extra, user
+
+    async def score(self, batch: Batch) -> TermScores:
+        rollouts = batch.rollouts
+        step = batch.step + 1  # batch k is step k + 1, as every output counts
+        per, extra, user = await self._scores(batch)
         metrics = user.means()
         values, info, unscored = [], [], []
         for i in range(len(rollouts)):
@@ -205,9 +238,10 @@ class FunctionsTerm(RewardTerm):
         self._metrics = metrics
         return TermScores(values, info, unscored=unscored if any(unscored) else None)
 
-    async def _call(self, f: RewardFunction, base: dict[str, Any], step: int) -> Any:
-        """`f.fn` called as TRL calls it (awaited when it is a coroutine function); its errors named."""
-        with user_code(f"reward function {f.name!r} (the batch of step {step})", "score"):
+    async def _call(self, f: RewardFunction, base: dict[str, Any], where: str) -> Any:
+        """`f.fn` called as TRL calls it (awaited when it is a coroutine function); its errors named
+        with `where` (the batch it scores)."""
+        with user_code(f"reward function {f.name!r} ({where})", "score"):
             out = f.fn(**_call_kwargs(f.fn, base))
             return await out if inspect.isawaitable(out) else out
 

@@ -37,6 +37,7 @@ import structlog
 from ..penalties.buffer import PenaltyBuffer, PenaltyBufferError
 from ..penalties.candidate import Candidate, ProposalResult, Proposer
 from ..penalties.config import PenaltiesConfig
+from ..penalties.confirm import NOT_CONFIRMABLE, Confirmation, confirmation_text
 from ..penalties.pay import group_gaps, record_pay, violation_cost
 from ..judge.judge import Judge
 from ..judge.prompting import judge_inputs
@@ -60,6 +61,8 @@ class PenaltyTerm(RewardTerm):
               "proposer/accepted", "penalties/adds", "penalties/revives", "proposer/apply_refused",
               "proposer/insufficient", "proposer/unnamed")
     """Counters also reported as running totals (`<name>_total`) in every step's metrics."""
+    CONFIRM_TOTALS = ("confirm/reward_calls", "confirm/seconds", "proposer/rejected/co_traveller")
+    """Running totals also reported by a run that confirms candidates (rewards.rescore)."""
 
     name = "penalties"
     event_log = True
@@ -100,6 +103,12 @@ class PenaltyTerm(RewardTerm):
         self.proposals = 0
         """Proposals this run started (a restarted one counted once): the next one's share of the
         run's error rate (ProposerView.proposal)."""
+        self.rescorer: Any = None
+        """The run's reward that confirms candidates (rewards.rescore.Rescorer, set by
+        `confirm_in_run`): it keeps the rollouts of the batches the proposals read."""
+        self.unconfirmed: str | None = None
+        """Why confirmation is unavailable in this run (`confirm_in_run`), or None: what the
+        term adds then says "not confirmed: correlational only (why)"."""
 
     # --- the term ---------------------------------------------------------------------------------
 
@@ -174,6 +183,9 @@ class PenaltyTerm(RewardTerm):
             self.reference = self.reference + latest.samples
             self._reference_batches += 1
         self.recent.append(latest)
+        if self.rescorer is not None:  # the rollouts of every view a proposal may still confirm on
+            running = [s.batch for s in self._running.samples if s.batch is not None] if self._running else []
+            self.rescorer.remember(batch, keep_from=min([v.step for v in self.recent] + running))
         if not self._due(batch.step) and self._restart is None:
             return
         if self._proposer_gave_up():  # the run stops at this step's end: no proposal after the last allowed
@@ -234,6 +246,8 @@ class PenaltyTerm(RewardTerm):
         out.update(self.judge.stats.metrics())
         out.update(self._step)
         out.update({f"{k}_total": self.totals.get(k, 0.0) for k in self.TOTALS})
+        if self.rescorer is not None:  # a run that confirms: what confirmation cost and rejected, so far
+            out.update({f"{k}_total": self.totals.get(k, 0.0) for k in self.CONFIRM_TOTALS})
         self.judge.stats.reset()
         self._step = {}
         return out
@@ -358,6 +372,9 @@ class PenaltyTerm(RewardTerm):
                              {k: getattr(result.accepted, k) for k in ("title", "regex", "detector")}}
             if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
                 self.evidence["co_travellers"] = result.co_travellers
+                for c in result.co_travellers if self.rescorer is not None else []:  # a run's log says each
+                    log.info("proposer.co_traveller", step=self.label(view.step), title=c["title"],
+                             said=confirmation_text(c["confirmation"]))
         for reason, n in result.rejected.items():
             self._count(f"proposer/rejected/{reason}", n)
         if not result.ok:
@@ -365,6 +382,8 @@ class PenaltyTerm(RewardTerm):
             self._count(f"proposer/failed/{result.failed_at or 'propose'}")
             log.warning("proposer.failed", step=self.label(view.step), stage=result.failed_at, error=result.error)
         elif result.accepted is not None:
+            if self.unconfirmed and result.accepted.confirmation is None:
+                result.accepted.confirmation = Confirmation(NOT_CONFIRMABLE, self.unconfirmed).to_dict()
             self._count("proposer/accepted")
             self.pending.append(result)
             log.info("proposer.accepted", step=self.label(view.step), title=result.accepted.title, queued=len(self.pending))

@@ -30,6 +30,7 @@ class RMTerm(RewardTerm):
     """
 
     name = "rm"
+    rescorable = True
 
     def __init__(self, reward_model: RewardModel, task: Task, owner: str | None = None):
         self.reward_model = reward_model
@@ -37,6 +38,13 @@ class RMTerm(RewardTerm):
         self.owner = owner or owner_name("reward model", reward_model)
 
     async def score(self, batch: Batch) -> TermScores:
+        return await self._score(batch, f"the batch of step {batch.step + 1}")  # batch k is step k + 1
+
+    async def rescore(self, batch: Batch) -> list[float]:
+        """The RM's mean over each edited rollout's replies, as `score` (rewards.rescore)."""
+        return (await self._score(batch, "replies edited to confirm a penalty")).values
+
+    async def _score(self, batch: Batch, batch_of: str) -> TermScores:
         rollouts = batch.rollouts
         owners: list[int] = []
         inputs: list[RMInput] = []
@@ -47,7 +55,6 @@ class RMTerm(RewardTerm):
                 owners.append(i)
                 inputs.append(x)
                 prompts.append(prompt)
-        batch_of = f"the batch of step {batch.step + 1}"  # batch k is step k + 1, as every output counts
         try:
             with user_code(f"{self.owner} ({batch_of})", "score"):  # a reward function's own errors: one line
                 scores = await self.reward_model.score(inputs, **optional(self.reward_model.score, prompts=prompts))

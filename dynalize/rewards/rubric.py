@@ -104,6 +104,10 @@ class RubricTerm(RewardTerm):
         self._step: dict[str, float] = {}
         self._noise_stds: list[float] = []
 
+    def not_rescorable(self) -> str | None:
+        return ("the rubric term cannot score edited replies (its judge's verdicts are asked per step, under the "
+                "step's dropout mask)")
+
     # --- training ---------------------------------------------------------------------------------
 
     def mask(self, criteria: list[Criterion], instance_id: str, step: int) -> Mask:

@@ -55,6 +55,11 @@ TRACKED = ("penalties/", "penalty/", "proposer/accepted_total", "proposer/failed
 """The metrics (prefixes) that go into TRL's logs; the run folder's metrics.jsonl keeps them all."""
 
 
+TRL_UNCONFIRMED = ("confirmation is not built into dynalize.trl yet: its reward functions are not called again on "
+                   "edited replies; the monitor's --reward does it")
+"""Why a TRL run's penalties are correlational only (PenaltyTerm.unconfirmed)."""
+
+
 class HackDetected(RuntimeError):
     """`on_hack="raise"`: a discovered pattern is live; the message is the monitor's verdict."""
 
@@ -133,6 +138,8 @@ class Penalties(TrainerCallback):
         self.seed, self.domain = seed, domain
         self.out = Path(out) if out is not None else None
         self.term = build_penalty_term(self.cfg, domain=domain, seed=seed)
+        if self.cfg.confirm:  # not built here (docs/penalties.md, "Confirmation inside a run"): said beside each penalty
+            self.term.unconfirmed = TRL_UNCONFIRMED
         self.term.label = logged_step  # its batches carry TRL's step (global_step + 1): log lines say it
         self.term.sparse_steps = True  # steps_per_generation > 1: TRL scores once every few steps
         self.__name__ = "penalties"
