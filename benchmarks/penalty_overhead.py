@@ -9,6 +9,12 @@ steps then `--steps` measured ones:
 
   rm-only         penalties off: reward = RM                                       (the baseline)
   lexical+regex   the CPU default: lexical proposer (every 2 steps) + regex judge
+  phrase          a proposer that proposes the phrase "the" at every proposal (every 2 steps), regex
+                  judge, without and with confirmation (penalties.confirm, on by default in a run
+                  with an RM): each proposal's candidate checked by the run's RM on up to 4 x 32
+                  edited replies before it enters. Its step time against the arm without, paired
+                  by pass, and the replies it rescored: issue 57's target ≤ 1.02 (the lexical
+                  proposer finds no candidate in a short tiny-policy run, so it would check none)
   llm-judge ×k    a ChatModel judge with a fixed injected latency, k = 1, 4, 16 active penalties
                   pre-loaded (no regex, so every one goes to the LLM). The scripted judge answers
                   valid JSON, `true` for every id it is asked about: no penalty retires, every
@@ -65,7 +71,7 @@ PROPOSER_SLEEP = 30.0
 class Arm:
     key: str
     label: str
-    kind: str  # rm | lexical | llm | sleepy
+    kind: str  # rm | lexical | phrase | confirm | llm | sleepy
     group: int = GROUP
     penalties: int = 0
 
@@ -78,6 +84,8 @@ ARMS = [  # (d) right after (a): with the order reversed on every other pass the
     Arm("rm", "(a) rm-only", "rm"),
     Arm("sleepy", f"(d) proposer sleeping {PROPOSER_SLEEP:.0f} s", "sleepy"),
     Arm("lexical", "(b) lexical + regex judge", "lexical"),
+    Arm("phrase", "(b) phrase proposer + regex judge", "phrase"),
+    Arm("confirm", "(b) phrase proposer + regex judge + confirmation", "confirm"),
     Arm("llm1", "(c) llm judge, 1 penalty", "llm", penalties=1),
     Arm("llm4", "(c) llm judge, 4 penalties", "llm", penalties=4),
     Arm("llm16", "(c) llm judge, 16 penalties", "llm", penalties=16),
@@ -120,6 +128,17 @@ class NoProposer:
         return ProposalResult(step=view.step)
 
 
+class PhraseProposer:
+    """Proposes the phrase "the" at every proposal: a candidate every proposal's confirmation checks."""
+
+    async def propose(self, view):
+        from dynalize.penalties.candidate import Candidate, ProposalResult
+        from dynalize.penalties.surface import WORD_END, WORD_START
+
+        candidate = Candidate('Replies use "the"', 'The reply uses the word "the".', regex=f"(?i){WORD_START}the{WORD_END}")
+        return ProposalResult(step=view.step, accepted=candidate)
+
+
 class SleepyProposer:
     """Sleeps `delay` seconds, then proposes nothing: stands in for a slow proposer LLM."""
 
@@ -152,8 +171,8 @@ def preloaded_buffer(n: int):
     return buf
 
 
-def make_term(arm: Arm, domain: str, seed: int, latency: float):
-    """The arm's penalty term (None: RM only)."""
+def make_term(arm: Arm, domain: str, seed: int, latency: float, others: list):
+    """The arm's penalty term (None: RM only); `others`: the run's other reward terms (the RM)."""
     from dynalize.backends.chat import ScriptedChatModel
     from dynalize.build import build_penalty_term
     from dynalize.penalties.config import JudgeConfig, PenaltiesConfig
@@ -163,8 +182,16 @@ def make_term(arm: Arm, domain: str, seed: int, latency: float):
     cfg = PenaltiesConfig(enabled=True, every=1)
     if arm.kind == "rm":
         return None
-    if arm.kind == "lexical":  # exactly what `penalties.enabled=true` builds, proposing every 2 steps
+    if arm.kind == "lexical":  # what `penalties.enabled=true` builds, proposing every 2 steps, not confirming
         return build_penalty_term(PenaltiesConfig(enabled=True, every=2), domain=domain, seed=seed)
+    if arm.kind in ("phrase", "confirm"):
+        from dynalize.rewards.rescore import confirm_in_run
+
+        term = PenaltyTerm(PenaltiesConfig(enabled=True, every=2), PhraseProposer(), RegexJudge(), seed=seed,
+                           domain=domain)
+        if arm.kind == "confirm" and confirm_in_run(term, list(others)) is None:
+            raise RuntimeError("confirmation is unavailable with this task's reward")
+        return term
     if arm.kind == "llm":
         judge = Judge(ScriptedChatModel(verdicts_for, latency=latency), JudgeConfig(max_concurrency=32, retries=3))
         return PenaltyTerm(cfg, NoProposer(), judge, preloaded_buffer(arm.penalties), seed=seed, domain=domain)
@@ -197,7 +224,7 @@ async def run_arm(arm: Arm, task: str, steps: int, workdir: str, name: str, late
     cfg = config_for(arm, task, steps, workdir, name)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     parts = build_parts(cfg)
-    term = make_term(arm, parts.task.description, cfg.seed, latency)
+    term = make_term(arm, parts.task.description, cfg.seed, latency, parts.terms)
     if term is not None:
         parts.terms.append(term)
     # The final checkpoint is written after the last step's metrics: `time/step` excludes it.
@@ -225,6 +252,9 @@ def summarize(arm: Arm, histories: list[list[dict[str, Any]]], warmup: int) -> d
         "judge_cache_hits": sum(h.get("judge/cache_hits", 0.0) for h in measured),
         "penalties_active_mean": mean("penalties/active"),
         "penalty_adds": sum(h.get("penalties/adds", 0.0) for hist in histories for h in hist),
+        "confirm_calls": sum(h.get("confirm/reward_calls", 0.0) for hist in histories for h in hist),
+        "confirm_s": sum(h.get("confirm/seconds", 0.0) for hist in histories for h in hist),
+        "co_travellers": sum(h.get("proposer/rejected/co_traveller", 0.0) for hist in histories for h in hist),
         "proposer_in_flight_frac": mean("proposer/in_flight"),
         "reward_mean": mean("reward/mean"), "rm_mean": mean("rm/mean"), "gen_len_mean": mean("gen_len/mean"),
     }
@@ -374,6 +404,19 @@ def main(argv: list[str] | None = None) -> int:
         x = res["lexical"]
         lines.append(f"lexical + regex: {x['penalty_adds']:.0f} penalt(y/ies) added, "
                      f"{x['penalties_active_mean']:.1f} active on average over measured steps")
+    if "confirm" in res and "phrase" in res:
+        c, x = res["confirm"], res["phrase"]
+        paired = [statistics.median(h["time/step"] for h in mine[args.warmup:])
+                  / statistics.median(h["time/step"] for h in theirs[args.warmup:])
+                  for mine, theirs in zip(histories["confirm"], histories["phrase"])]
+        ratio = statistics.geometric_mean(paired)
+        verdict = ("not measured: no candidate reached confirmation" if not c["confirm_calls"]
+                   else "met" if ratio <= TARGET else "missed")
+        lines.append(f"confirmation / no confirmation step time: {ratio:.3f} (medians paired by pass: "
+                     f"{', '.join(f'{v:.3f}' for v in paired)}); target ≤ {TARGET}: {verdict}; it rescored "
+                     f"{c['confirm_calls']:.0f} replies in {c['confirm_s']:.1f} s over {args.repeats} pass(es) "
+                     f"({c['co_travellers']:.0f} co-traveller(s) rejected, {c['penalty_adds']:.0f} penalt(y/ies) "
+                     f"added; without it {x['penalty_adds']:.0f})")
     failures = sum(r["judge_failures"] for r in res.values())
     lines.append(f"judge failures: {failures:.0f}; cache hits: {sum(r['judge_cache_hits'] for r in res.values()):.0f}")
     lines.append(f"load average (1 min) before {load_before:.2f}, after {load_after:.2f} on {os.cpu_count()} CPUs; "
