@@ -201,8 +201,7 @@ def omnibus(texts: list[str], y: np.ndarray, groups: np.ndarray, alpha: float, p
 
     kernel = np.zeros((len(texts), len(texts)))
     for x in blocks.values():
-        # the trace of the within-group centred x's gram: tr(K) - sum over groups |x_g summed|^2 / n_g
-        trace = float(x.multiply(x).sum()) - float((sparse.diags(1.0 / n_g) @ (onehot.T @ x).power(2)).sum())
+        trace = float(within_squares(x, onehot, n_g).sum())  # that of the within-group centred x's gram
         if trace > 1e-9:
             kernel += gram(x) / trace  # each block weighs alike, however many features it has
     kernel = within(within(kernel).T)  # (within-group centred x)(its transpose), all blocks at once
@@ -255,6 +254,12 @@ def spectral_features(kernel: np.ndarray, rank: int | None, seed: int) -> np.nda
     return vectors[:, kept] * np.sqrt(values[kept])
 
 
+def within_squares(x: sparse.csr_matrix, onehot: sparse.csr_matrix, n_g: np.ndarray) -> np.ndarray:
+    """Per column of `x`, its sum of squares about its group means (groups: `onehot`, sizes `n_g`)."""
+    between = sparse.diags(1.0 / n_g) @ (onehot.T @ x).power(2)  # per group: (its sum)^2 / its size
+    return np.asarray(x.multiply(x).sum(axis=0)).ravel() - np.asarray(between.sum(axis=0)).ravel()
+
+
 def carriers(blocks: dict[str, sparse.csr_matrix], features: list[dict[str, set[str] | Counter[str]]],
              buckets: dict[str, dict[str, int]], y: np.ndarray, onehot: sparse.csr_matrix, n_g: np.ndarray,
              top: int = 5) -> list[str]:
@@ -264,8 +269,7 @@ def carriers(blocks: dict[str, sparse.csr_matrix], features: list[dict[str, set[
     y_norm = float(np.sqrt(y @ y)) or 1.0
     for block, x in blocks.items():
         cov = np.asarray(x.T @ y).ravel()
-        between = sparse.diags(1.0 / n_g) @ (onehot.T @ x).power(2)  # per group: (its sum)^2 / its size
-        ss = np.asarray(x.multiply(x).sum(axis=0)).ravel() - np.asarray(between.sum(axis=0)).ravel()
+        ss = within_squares(x, onehot, n_g)
         r = np.where(ss > 1e-9, cov / np.sqrt(np.maximum(ss, 1e-12)) / y_norm, 0.0)
         scored += [(float(r[j]), block, int(j)) for j in np.argsort(-r)[:top] if r[j] > 0]
     names = _names(features, buckets, {(block, j) for _, block, j in scored})
