@@ -260,6 +260,12 @@ def summarize(arm: Arm, histories: list[list[dict[str, Any]]], warmup: int) -> d
     }
 
 
+def ratios_by_pass(mine: list[list[dict[str, Any]]], theirs: list[list[dict[str, Any]]], warmup: int) -> list[float]:
+    """Per pass, the median measured step time of `mine` over that of `theirs` in the same pass."""
+    return [statistics.median(h["time/step"] for h in a[warmup:]) / statistics.median(h["time/step"] for h in b[warmup:])
+            for a, b in zip(mine, theirs)]
+
+
 def end_wait(history: list[dict[str, Any]]) -> float:
     """Seconds the run's last step spent waiting for background work at the end (`time/finish`)."""
     return history[-1].get("time/finish", 0.0) if history else 0.0
@@ -347,9 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         r["ratio_vs_rm_only"] = r["step_median"] / base["step_median"] if base else None
         r["ratio_vs_rm_only_mean"] = r["step_mean"] / base["step_mean"] if base else None
         if base:  # per pass, against the rm-only run of the same pass (nearer in time), geometric mean
-            per_pass = [statistics.median(h["time/step"] for h in mine[args.warmup:])
-                        / statistics.median(h["time/step"] for h in theirs[args.warmup:])
-                        for mine, theirs in zip(histories[a.key], histories[base_for[a.group]])]
+            per_pass = ratios_by_pass(histories[a.key], histories[base_for[a.group]], args.warmup)
             r["ratio_per_pass"] = per_pass
             r["ratio_paired"] = statistics.geometric_mean(per_pass)
 
@@ -406,9 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{x['penalties_active_mean']:.1f} active on average over measured steps")
     if "confirm" in res and "phrase" in res:
         c, x = res["confirm"], res["phrase"]
-        paired = [statistics.median(h["time/step"] for h in mine[args.warmup:])
-                  / statistics.median(h["time/step"] for h in theirs[args.warmup:])
-                  for mine, theirs in zip(histories["confirm"], histories["phrase"])]
+        paired = ratios_by_pass(histories["confirm"], histories["phrase"], args.warmup)
         ratio = statistics.geometric_mean(paired)
         verdict = ("not measured: no candidate reached confirmation" if not c["confirm_calls"]
                    else "met" if ratio <= TARGET else "missed")
