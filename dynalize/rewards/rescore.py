@@ -43,7 +43,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import structlog
 
-from ..judge.prompting import transcript
+from ..penalties.views import contexts_of
 from ..penalties.witness import NotScorable, prompt_of
 from ..types import Batch, Message, Rollout
 from .base import RewardTerm
@@ -63,13 +63,10 @@ def reply_parts(r: Rollout) -> list[str]:
 
 
 def reply_contexts(r: Rollout) -> list[str | None]:
-    """What each of `reply_parts(r)` answers, as the view keeps it (views.contexts_of)."""
-    exchanges = r.exchanges()
+    """What each of `reply_parts(r)` answers, as the view keeps it (views.contexts_of), or None each
+    where its turns do not line up with its replies."""
+    contexts = contexts_of(r)
     n = len(reply_parts(r))
-    if len(exchanges) == max(1, len(r.replies)):
-        contexts: list[str | None] = [transcript(conversation) for conversation, _ in exchanges]
-    else:
-        contexts = [transcript(r.messages)] if len(r.replies) <= 1 and not r.turns else []
     return contexts if len(contexts) == n else [None] * n
 
 
