@@ -51,8 +51,9 @@ def train(out: Path, *, steps: int = 4, save_steps: int = 0, resume: bool = Fals
 
     path = tiny.resolve("tiny:policy")
     rows = [{"prompt": [{"role": "user", "content": f"Write about topic {i}."}]} for i in range(64)]
-    penalties = Penalties([honest, shortcut], penalties={"every": every, "sync": sync}, observe_only=observe_only,
-                          on_hack=on_hack, html=False)
+    # confirm: False: the scripted proposals are what these tests follow (confirmation: tests/test_trl_confirm.py)
+    penalties = Penalties([honest, shortcut], penalties={"every": every, "sync": sync, "confirm": False},
+                          observe_only=observe_only, on_hack=on_hack, html=False)
     penalties.term.proposer = ScriptedProposer()
     args = GRPOConfig(output_dir=str(out), num_generations=4, per_device_train_batch_size=8, max_completion_length=12,
                       learning_rate=1e-3, max_steps=steps, logging_steps=1, report_to=[], use_cpu=True, seed=seed,

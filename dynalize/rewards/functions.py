@@ -207,7 +207,7 @@ class FunctionsTerm(RewardTerm):
         step = batch.step + 1  # batch k is step k + 1, as every output counts
         user = UserMetrics(step)
         extra: dict[str, list[Any]] = {}
-        base = {**trl_inputs(rollouts), "trainer_state": TrainerState(batch.step, self.steps),
+        base = {**trl_inputs(rollouts), "trainer_state": self.trainer_state(batch),
                 "log_extra": lambda column, values: extra.setdefault(str(column), []).extend(values),
                 "log_metric": user.log}
         per: dict[str, list[float | None]] = {}
@@ -237,6 +237,10 @@ class FunctionsTerm(RewardTerm):
             metrics[f"rewards/{f.name}/none_frac"] = 1 - len(given) / len(rollouts) if rollouts else 0.0
         self._metrics = metrics
         return TermScores(values, info, unscored=unscored if any(unscored) else None)
+
+    def trainer_state(self, batch: Batch) -> Any:
+        """What the functions get as `trainer_state` when they score `batch`."""
+        return TrainerState(batch.step, self.steps)
 
     async def _call(self, f: RewardFunction, base: dict[str, Any], where: str) -> Any:
         """`f.fn` called as TRL calls it (awaited when it is a coroutine function); its errors named

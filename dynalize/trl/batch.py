@@ -46,9 +46,12 @@ def messages(value: Any, role: str) -> list[Message]:
 
 
 def to_batch(step: int, prompts: list[Any], completions: list[Any], rewards: list[float | None],
-             num_generations: int) -> Batch:
+             num_generations: int, columns: list[dict[str, Any]] | None = None) -> Batch:
     """The gathered completions of one step as a batch (reward: before penalties, NaN where no
-    function gave one). Refuses a batch whose groups are not `num_generations` copies of a prompt."""
+    function gave one). `columns`: each completion's other reward arguments (the dataset's
+    columns), kept with its prompt as TRL gave it as the rollout's row (`meta["row"]`, what
+    rewards.functions.trl_inputs passes back to the functions when an edited copy is scored).
+    Refuses a batch whose groups are not `num_generations` copies of a prompt."""
     n = len(completions)
     if n % num_generations:
         raise PenaltiesError(f"dynalize.trl: {n} completions in step {step} are not whole groups of "
@@ -63,7 +66,11 @@ def to_batch(step: int, prompts: list[Any], completions: list[Any], rewards: lis
         if not any(m.role == "assistant" for m in turns):
             turns = [Message("assistant", "\n\n".join(m.content for m in turns))]
         rows.append(MonitoredRollout(step, str(i // num_generations), prompt, turns, math.nan if r is None else r))
-    return as_batch(step, rows)
+    batch = as_batch(step, rows)
+    if columns is not None:
+        for r, p, cols in zip(batch.rollouts, prompts, columns, strict=True):
+            r.meta["row"] = {"prompt": p, "columns": cols}
+    return batch
 
 
 def scorable(batch: Batch) -> Batch:

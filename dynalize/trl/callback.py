@@ -21,6 +21,8 @@ nothing added to the reward.
 With several processes, each gathers its completions to the main process, which alone judges,
 proposes and writes; the penalties, the buffer and the metrics are broadcast back before TRL sums
 the rewards, so every rank returns the main process's verdicts for its own completions.
+With `penalties.confirm` (the default), each candidate is confirmed before it enters the buffer by
+scoring edited copies of the step's completions with the same reward functions (dynalize.trl.confirm).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,8 +44,11 @@ from ..monitor.outdir import write_atomic
 from ..monitor.replay import logged_step, step_metrics
 from ..monitor.summary import LIVE_EXIT
 from ..penalties.config import PenaltiesConfig
+from ..rewards.functions import RESERVED_COLUMNS
+from ..rewards.rescore import confirm_in_run
 from .background import Background
 from .batch import PenaltiesError, Processes, scorable, to_batch, weighted_sum
+from .confirm import TrlRewardFunctions
 from .outputs import RunFolder, status_of
 
 log = structlog.get_logger("dynalize.trl")
@@ -53,11 +59,6 @@ STATE_VERSION = 1
 TRACKED = ("penalties/", "penalty/", "proposer/accepted_total", "proposer/failed_total", "proposer/in_flight",
            "proposer/pending", "judge/failure_rate", "judge/failed_verdicts_total", "buffer/version")
 """The metrics (prefixes) that go into TRL's logs; the run folder's metrics.jsonl keeps them all."""
-
-
-TRL_UNCONFIRMED = ("confirmation is not built into dynalize.trl yet: its reward functions are not called again on "
-                   "edited replies; the monitor's --reward does it")
-"""Why a TRL run's penalties are correlational only (PenaltyTerm.unconfirmed)."""
 
 
 class HackDetected(RuntimeError):
@@ -101,7 +102,8 @@ class RecordedReward:
         self.__name__ = callable_name(func)
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
-        scores = self.func(**kwargs)
+        with self.owner.lock:  # never beside the confirmation's call of the same function (trl.confirm)
+            scores = self.func(**kwargs)
         self.owner.record(self.index, list(scores), kwargs)
         return scores
 
@@ -138,11 +140,12 @@ class Penalties(TrainerCallback):
         self.seed, self.domain = seed, domain
         self.out = Path(out) if out is not None else None
         self.term = build_penalty_term(self.cfg, domain=domain, seed=seed)
-        if self.cfg.confirm:  # not built here (docs/penalties.md, "Confirmation inside a run"): said beside each penalty
-            self.term.unconfirmed = TRL_UNCONFIRMED
         self.term.label = logged_step  # its batches carry TRL's step (global_step + 1): log lines say it
         self.term.sparse_steps = True  # steps_per_generation > 1: TRL scores once every few steps
         self.__name__ = "penalties"
+        self.lock = threading.Lock()
+        """Held by every call of a wrapped function: TRL's, and the confirmation's (trl.confirm)."""
+        self.funcs = funcs
         self.reward_funcs: list[Any] = [RecordedReward(self, i, f) for i, f in enumerate(funcs)]
         if not observe_only:
             self.reward_funcs.append(self)
@@ -159,6 +162,7 @@ class Penalties(TrainerCallback):
         self._model: Any = None
         self._stop: str | None = None
         self._resumed_evidence: dict[str, Any] | None = None
+        self._confirming: TrlRewardFunctions | None = None
 
     # --- the reward function ----------------------------------------------------------------------
 
@@ -184,7 +188,13 @@ class Penalties(TrainerCallback):
         if self._model is not None and not self._model.training:  # TRL's evaluation: penalties shape training only
             return [None] * len(before)
         state = kwargs["trainer_state"]
-        parts = self._procs.gather((kwargs["prompts"], kwargs["completions"], before))
+        columns = None
+        if self._confirming is not None:  # an edited copy is scored with its row's columns
+            self._confirming.state = state
+            named = [k for k, v in kwargs.items() if k not in RESERVED_COLUMNS and isinstance(v, list | tuple)
+                     and len(v) == len(before)]  # the dataset's columns, one value per completion
+            columns = [{k: kwargs[k][i] for k in named} for i in range(len(before))]
+        parts = self._procs.gather((kwargs["prompts"], kwargs["completions"], before, columns))
         failure: BaseException | None = None
         result: dict[str, Any] | None = None
         if self._procs.main:
@@ -214,7 +224,8 @@ class Penalties(TrainerCallback):
         prompts = [p for part in parts for p in part[0]]
         completions = [c for part in parts for c in part[1]]
         before = [b for part in parts for b in part[2]]
-        batch = to_batch(step, prompts, completions, before, self._group_size)
+        columns = None if self._confirming is None else [c for part in parts for c in part[3]]
+        batch = to_batch(step, prompts, completions, before, self._group_size, columns)
         scored = self._bg.call(self.term.score, batch)
         unscored = scored.unscored or [False] * len(batch.rollouts)
         for r, info, failed, b in zip(batch.rollouts, scored.info, unscored, before):
@@ -252,6 +263,11 @@ class Penalties(TrainerCallback):
             raise PenaltiesError(f"dynalize.trl: the penalties' reward weight (the last of reward_weights) is "
                                  f"{weights[-1]}; it must be 1.0 (the penalty's size is penalties.lam)")
         self._weights = weights[:len(self._scores)]
+        if self.cfg.confirm and self._confirming is None:
+            confirming = TrlRewardFunctions([(callable_name(f), f, w) for f, w in zip(self.funcs, self._weights)],
+                                            self.lock)
+            if confirm_in_run(self.term, [confirming]) is not None:  # else unavailable: warned, said per penalty
+                self._confirming = confirming
         self._group_size, self._model = args.num_generations, model
         self._procs = Processes()
         self._bg = Background()
