@@ -132,6 +132,17 @@ def test_a_multi_turn_run_whose_rm_pays_for_a_word_confirms_it_at_its_share_of_t
                                                        for x in g for r in x.replies} for t in W.SEEN)
 
 
+def test_an_rm_s_originals_are_taken_from_their_rollouts_and_only_the_edits_are_scored():
+    term, stop = drive(["reward_model.enabled=true", "reward_model.engine=python",
+                        "reward_model.path=confirmworld:rm_pays_indeed"], W.PAID)
+    [p] = term.buffer.active()
+    c = p.history[0]["confirmation"]
+    assert stop is None and c["state"] == CONFIRMED and c["lo"] <= 1.0 <= c["hi"]
+    edits = c["deletions"] + c["insertions"]
+    assert c["reward_calls"] == edits == 64 and term.totals["confirm/reward_calls"] == 64
+    assert W.CALLS == [96, 96, 64]  # the two batches, then the edits alone (the RM reads a reply alone)
+
+
 def test_a_reward_that_fails_while_confirming_stops_the_run_with_one_line():
     term, stop = drive(["reward_funcs=[confirmworld:fails_on_edits]"], W.PAID, steps=3)
     assert stop is not None and "\n" not in stop

@@ -190,3 +190,45 @@ def test_in_trl_a_run_resumed_from_a_checkpoint_confirms_as_an_uninterrupted_one
     [live] = resumed.term.buffer.active()
     assert live.history[0]["confirmation"]["state"] == CONFIRMED
     assert without_seconds(resumed.term.buffer.to_json()) == without_seconds(straight.term.buffer.to_json())
+
+
+class TwoRanks:
+    """The main process of two (batch.Processes): the other rank's part of each gather is the
+    second half of the step's groups, scored by confirmworld's pays_indeed, with its columns."""
+
+    rank, count, main = 0, 2, True
+    other: list = []
+
+    def gather(self, value):
+        return [value, TwoRanks.other.pop(0)]
+
+    def broadcast(self, value):
+        return value
+
+
+def test_in_trl_with_two_processes_the_other_rank_s_rows_are_confirmed_with_their_own_columns(tmp_path, monkeypatch):
+    import dynalize.trl.callback as callback
+
+    SEEN_ROWS.clear(), LOCKED.clear(), PENALTIES.clear()
+    monkeypatch.setattr(callback, "Processes", TwoRanks)
+    p = Penalties([pays_indeed_by_topic], penalties=SETTINGS, html=False)
+    PENALTIES.append(p)
+    state = SimpleNamespace(global_step=0)
+    args = SimpleNamespace(reward_weights=None, num_generations=GROUP, output_dir=str(tmp_path))
+    p.on_train_begin(args, state, SimpleNamespace())
+    half = 6 * GROUP  # rank 0: the first 6 topics' groups; rank 1: the other 6
+    for step in range(2):
+        state.global_step = step
+        kwargs = step_inputs(step, W.PAID, state)
+        mine = {k: v[:half] if isinstance(v, list) else v for k, v in kwargs.items()}
+        theirs = {k: v[half:] for k, v in kwargs.items() if isinstance(v, list)}
+        TwoRanks.other = [(theirs["prompts"], theirs["completions"], W.pays_indeed(theirs["prompts"],
+                           theirs["completions"]), [{"topic": t} for t in theirs["topic"]])]
+        p.reward_funcs[0](**mine)
+        assert len(p.reward_funcs[1](**mine)) == half  # this rank's own completions' penalties
+    p.on_train_end(args, state, SimpleNamespace())
+    [live] = p.term.buffer.active()
+    assert live.history[0]["confirmation"]["state"] == CONFIRMED
+    confirming = SEEN_ROWS[2 * half:]  # after TRL's own two calls on rank 0
+    assert {t for _, t, _ in confirming} & set(W.TOPICS[6:])  # the other rank's rows were edited too ...
+    assert all(f"the {t}." in prompt for prompt, t, _ in confirming)  # ... each with its own row's column

@@ -132,7 +132,7 @@ class Witness:
                 k = len(deleted)
                 c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed,
                            rule="together" if form.kind == "length" else "each")
-                c.reward_calls = len(prompts)
+                c.reward_calls = getattr(self.reward, "last_scored", len(prompts))  # a run's reward reuses some
         c.seconds = time.perf_counter() - t0
         return c
 

@@ -77,6 +77,12 @@ class RewardTerm(abc.ABC):
     """Whether `rescore` can score edited copies of rollouts (rewards.rescore: a run's
     confirmation of discovered penalties scores replies with a pattern taken out or put in)."""
 
+    rescore_repeats_score: bool = False
+    """Whether `rescore` of an unchanged rollout gives the value `score` recorded for it
+    (`scores[name]`): the term reads neither the step nor anything but the rollout. A run's
+    confirmation then takes the originals' values from the rollouts instead of scoring them
+    again (rewards.rescore), which halves what it asks of the term."""
+
     def not_rescorable(self) -> str | None:
         """Why the term cannot score edited replies (one clause), or None when it can."""
         return None if self.rescorable else f"the {self.name} term cannot score edited replies"

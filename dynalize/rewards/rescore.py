@@ -99,7 +99,9 @@ class Rescorer:
     def __init__(self, terms: list[RewardTerm]):
         self.terms = terms
         self.calls = 0
-        """Replies scored so far (originals and edits)."""
+        """Replies scored so far (edits, and originals whose value is not taken from the rollout)."""
+        self.last_scored = 0
+        """Replies the latest call scored (witness.Witness counts them as the check's reward calls)."""
         self._batches: dict[int, Batch] = {}
         self._lock = threading.Lock()
         self._index: dict[tuple[str, str], tuple[Rollout, int]] = {}
@@ -152,27 +154,47 @@ class Rescorer:
     def rows(self, prompts: list[str], completions: list[str], originals: list[str] | None = None) -> list[Rollout]:
         """Each completion as an edited copy of the kept rollout whose reply (`originals[i]`, or
         the completion itself) answers `prompts[i]`; NotScorable when one is not kept."""
+        return [with_reply(r, k, completion) for (r, k), completion in
+                zip(self._found(prompts, completions, originals), completions)]
+
+    def _found(self, prompts: list[str], completions: list[str], originals: list[str] | None) -> list[tuple[Rollout, int]]:
+        """The kept (rollout, reply index) each completion is an edit of; NotScorable when one is not kept."""
         index = self._lookup()
         out = []
-        for prompt, completion, original in zip(prompts, completions, originals or completions, strict=True):
-            found = index.get((prompt, original))
-            if found is None:
+        for prompt, original in zip(prompts, originals or completions, strict=True):
+            if (found := index.get((prompt, original))) is None:
                 raise NotScorable(NOT_KEPT)
-            r, k = found
-            out.append(with_reply(r, k, completion))
+            out.append(found)
         return out
+
+    def recorded(self, r: Rollout) -> float | None:
+        """`r`'s reward before penalties as the run scored it, where every term's rescoring would
+        give it again (RewardTerm.rescore_repeats_score) and recorded a finite value; else None."""
+        values = [r.scores.get(t.name) for t in self.terms]
+        if not all(t.rescore_repeats_score for t in self.terms) or not all(
+                isinstance(v, int | float) and math.isfinite(v) for v in values):
+            return None
+        return math.fsum(values)  # type: ignore[arg-type]
 
     def __call__(self, prompts: list[str], completions: list[str], originals: list[str] | None = None) -> list[float]:
         """The reward before penalties of each (prompt, completion), from the proposal's worker
-        thread: the terms' `rescore` run on the run's event loop."""
+        thread: the terms' `rescore` run on the run's event loop. An unchanged reply's value is
+        taken from its rollout where the terms would repeat it (`recorded`): only edits are scored."""
         check_cancelled()
-        rows = self.rows(prompts, completions, originals)
-        if self._token is None or threading.get_ident() == self._loop_thread:
-            raise RuntimeError("the run's reward is called from the proposal's worker thread, never from the "
-                               "event loop's own thread")
-        scores = anyio.from_thread.run(self.score, Batch(self._step, [rows]), token=self._token)
-        self.calls += len(rows)
-        return scores
+        found = self._found(prompts, completions, originals)
+        scores = [self.recorded(r) if completion == original else None
+                  for (r, _), completion, original in zip(found, completions, originals or completions)]
+        todo = [i for i, x in enumerate(scores) if x is None]
+        if todo:
+            if self._token is None or threading.get_ident() == self._loop_thread:
+                raise RuntimeError("the run's reward is called from the proposal's worker thread, never from the "
+                                   "event loop's own thread")
+            rows = [with_reply(*found[i], completions[i]) for i in todo]
+            for i, x in zip(todo, anyio.from_thread.run(self.score, Batch(self._step, [rows]), token=self._token)):
+                scores[i] = x
+        self.calls += len(todo)
+        self.last_scored = len(todo)
+        return scores  # type: ignore[return-value]
 
     async def score(self, batch: Batch) -> list[float]:
         """Σ over the terms of each one's `rescore` of `batch`."""

@@ -31,6 +31,7 @@ class RMTerm(RewardTerm):
 
     name = "rm"
     rescorable = True
+    rescore_repeats_score = True  # the RM reads the rollout alone: an unchanged reply's score is the recorded one
 
     def __init__(self, reward_model: RewardModel, task: Task, owner: str | None = None):
         self.reward_model = reward_model
