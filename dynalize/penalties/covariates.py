@@ -62,6 +62,14 @@ def net_of_concave(y: np.ndarray, groups: np.ndarray, length: np.ndarray,
     """`y` centred within groups, net of the least-squares fit a + f(length) + b . others within
     groups where f is concave (piecewise linear, any starting slope, each hinge's slope change at
     most 0): non-negative least squares on the columns length, -length, -hinges, +-others."""
+    return concave_fit(y, groups, length, others)[0]
+
+
+def concave_fit(y: np.ndarray, groups: np.ndarray, length: np.ndarray,
+                others: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`net_of_concave`'s residuals and the fit's active columns (samples, k), centred within
+    groups: those with a positive coefficient, which the residuals are orthogonal to (the fit is
+    least squares on them), what a candidate is made orthogonal to (`orthogonal`)."""
     w = np.asarray(length, dtype=float)
     free = [w, *[np.asarray(c, dtype=float) for c in others]]
     cols = [c for f in free for c in (f, -f)] + [-h for h in hinges(w).T]
@@ -69,10 +77,23 @@ def net_of_concave(y: np.ndarray, groups: np.ndarray, length: np.ndarray,
     yc = centred(np.asarray(y, dtype=float), groups)
     keep = (x * x).sum(axis=0) > 1e-12
     if not keep.any():
-        return yc
+        return yc, np.zeros((len(yc), 0))
     scale = np.sqrt((x[:, keep] ** 2).sum(axis=0))
     coef, _ = nnls(x[:, keep] / scale, yc, maxiter=50 * int(keep.sum()))
-    return yc - (x[:, keep] / scale) @ coef
+    return yc - (x[:, keep] / scale) @ coef, x[:, keep][:, coef > 0]
+
+
+def orthogonal(x: sparse.csr_matrix, design: np.ndarray, groups: np.ndarray) -> sparse.csr_matrix:
+    """Each row of `x` centred within groups and net of a least-squares fit on `design`'s columns
+    (centred within groups): with residuals of that fit permuted within groups, the Freedman-Lane
+    statistic (the residual-forming projection applied to the candidate, not only to the reward).
+    Without it a candidate the covariates partly carry (a step past L beside a concave curve that
+    rises through it) is tested against a null as wide as its whole column, and loses its power."""
+    dense = x.toarray().T.astype(float)
+    xc = np.column_stack([centred(c, groups) for c in dense.T]) if dense.shape[1] else dense
+    if design.shape[1] and xc.shape[1]:
+        xc = xc - design @ np.linalg.lstsq(design, xc, rcond=None)[0]
+    return sparse.csr_matrix(xc.T)
 
 
 def local_jumps(length: np.ndarray, limits: list[int], window: int = WINDOW) -> sparse.csr_matrix:

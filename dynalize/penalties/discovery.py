@@ -35,7 +35,7 @@ import numpy as np
 from scipy import sparse
 
 from .config import LexicalConfig
-from .covariates import local_jumps, net_of_concave, net_of_smooth
+from .covariates import concave_fit, local_jumps, net_of_concave, net_of_smooth, orthogonal
 from .omnibus import Omnibus, finished, omnibus
 from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
@@ -185,28 +185,31 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     others = [] if topical is None else [topical]
     smooth = ~is_length & ~_collinear(x, sizes, groups) if cfg.length_adjusted else np.zeros(len(keep), dtype=bool)
     concave = cfg.length_null == "concave"
+    # under the concave null, length limits and their local jumps are made orthogonal to the fit's
+    # active columns (covariates.orthogonal: Freedman-Lane), as their residuals are
+    curve, active = concave_fit(y, groups, sizes, others) if concave and is_length.any() else (None, None)
     held = ~np.array([c.feature.kind == "detector" for c in keep], dtype=bool)  # `off_topic` is relevance itself
-    fits = ((is_length, lambda: net_of_concave(y, groups, sizes, others) if concave
-             else net_of_smooth(y, groups, None, others)),
+    fits = ((is_length, lambda: curve if concave else net_of_smooth(y, groups, None, others)),
             (smooth & held, lambda: net_of_smooth(y, groups, sizes, others)),
             (smooth & ~held, lambda: net_of_smooth(y, groups, sizes, [])),
             (~is_length & ~smooth & held, lambda: net_of_smooth(y, groups, None, others)),
             (~is_length & ~smooth & ~held, lambda: net_of_smooth(y, groups, None, [])))
-    scored = [(np.flatnonzero(mask), fit()) for mask, fit in fits if mask.any()]
+    scored = [(rows := np.flatnonzero(mask), fit(), orthogonal(x[rows], active, groups) if mask is is_length and concave
+               else x[rows]) for mask, fit in fits if mask.any()]
     # beside each "longer than L", its local jump net of the concave curve (a step's sharpest trace)
     bars = [length_limit(c.feature.regex) or 0 for c in keep if c.feature.kind == "length" and not c.retired] \
         if concave else []
-    jumps = sparse.vstack([local_jumps(sizes, bars, window) for window in JUMP_WINDOWS]).tocsr() if bars else None
-    jump_scores = net_of_concave(y, groups, sizes, others) if bars else None
+    jumps = orthogonal(sparse.vstack([local_jumps(sizes, bars, window) for window in JUMP_WINDOWS]).tocsr(), active,
+                       groups) if bars else None
     n_jumps = jumps.shape[0] if bars else 0
 
     def nulls(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         # every candidate's statistic and null under permutations lo..hi-1, the local jumps stacked below
         z, null = np.full(len(keep) + n_jumps, np.nan), np.full((len(keep) + n_jumps, hi - lo), np.nan)
-        for rows, scores in scored:
-            z[rows], null[rows] = standardised(x[rows], scores, groups, perms[lo:hi])
+        for rows, scores, xs in scored:
+            z[rows], null[rows] = standardised(xs, scores, groups, perms[lo:hi])
         if n_jumps:
-            z[len(keep):], null[len(keep):] = standardised(jumps, jump_scores, groups, perms[lo:hi])
+            z[len(keep):], null[len(keep):] = standardised(jumps, curve, groups, perms[lo:hi])
         return z, null
 
     # three families, each at its share of the level (Bonferroni between them): wording and
