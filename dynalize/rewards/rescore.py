@@ -157,7 +157,8 @@ class Rescorer:
         return [with_reply(r, k, completion) for (r, k), completion in
                 zip(self._found(prompts, completions, originals), completions)]
 
-    def _found(self, prompts: list[str], completions: list[str], originals: list[str] | None) -> list[tuple[Rollout, int]]:
+    def _found(self, prompts: list[str], completions: list[str],
+               originals: list[str] | None) -> list[tuple[Rollout, int]]:
         """The kept (rollout, reply index) each completion is an edit of; NotScorable when one is not kept."""
         index = self._lookup()
         out = []
