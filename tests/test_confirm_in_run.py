@@ -138,9 +138,11 @@ def test_an_rm_s_originals_are_taken_from_their_rollouts_and_only_the_edits_are_
     [p] = term.buffer.active()
     c = p.history[0]["confirmation"]
     assert stop is None and c["state"] == CONFIRMED and c["lo"] <= 1.0 <= c["hi"]
-    edits = c["deletions"] + c["insertions"]
-    assert c["reward_calls"] == edits == 64 and term.totals["confirm/reward_calls"] == 64
-    assert W.CALLS == [96, 96, 64]  # the two batches, then the edits alone (the RM reads a reply alone)
+    # the edits and the transplants' bare controls are scored; the originals' values are the rollouts'
+    scored = c["deletions"] + c["insertions"] + c["extra"]["bare_controls"]
+    assert c["extra"]["bare_controls"] == c["insertions"] == 32
+    assert c["reward_calls"] == scored == 96 and term.totals["confirm/reward_calls"] == 96
+    assert W.CALLS == [96, 96, 96]  # the two batches, then the edits and controls alone (no original again)
 
 
 def test_a_reward_that_fails_while_confirming_stops_the_run_with_one_line():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynalize.penalties.edits import PADDING, carrier_sentence, delete, form_of, insert, opens_replies, transplant
+from dynalize.penalties.edits import (PADDING, bare_transplant, carrier_sentence, delete, form_of, insert, opens_replies,
+                                      shows, transplant)
 from dynalize.penalties.surface import length_feature, ngram_feature, reply_features, word_count
 
 REPLY = "Great question! The cat sleeps on the mat. Indeed it is warm there, honestly. Does that help?"
@@ -117,3 +118,14 @@ def test_a_text_pattern_is_transplanted_with_the_sentence_that_carries_it():
     opener = feature("open1:great")
     assert transplant(opener, PLAIN, carrier_sentence(opener, REPLY)) == "Great question! " + PLAIN
     assert transplant(fragment, donor, sentence) is None  # already shows it
+
+
+def test_a_transplant_s_control_is_its_sentence_put_in_bare_where_the_transplant_puts_it():
+    fragment = form_of(ngram_feature(("long", "run")).regex)
+    sentence = "It matters in the long run."
+    bare = bare_transplant(fragment, PLAIN, sentence)
+    assert bare == PLAIN + " It matters in the." and shows(fragment, bare) is False
+    assert bare_transplant(fragment, PLAIN, sentence, first=True).endswith(PLAIN)
+    opener = feature("open1:great")
+    assert bare_transplant(opener, PLAIN, "Great!") is None  # nothing of the sentence is left: the reply itself
+    assert bare_transplant(fragment, "It matters in the long run.", sentence) is None  # the reply shows it

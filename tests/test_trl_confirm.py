@@ -232,3 +232,15 @@ def test_in_trl_with_two_processes_the_other_rank_s_rows_are_confirmed_with_thei
     confirming = SEEN_ROWS[2 * half:]  # after TRL's own two calls on rank 0
     assert {t for _, t, _ in confirming} & set(W.TOPICS[6:])  # the other rank's rows were edited too ...
     assert all(f"the {t}." in prompt for prompt, t, _ in confirming)  # ... each with its own row's column
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_in_trl_a_phrase_of_the_sentence_that_makes_replies_long_is_not_confirmed_by_its_length(tmp_path, seed):
+    # the functions pay for length past 20 words (with noise); the phrases of the long sentence are
+    # co-travellers. Transplanting that sentence adds its length, so a transplant is measured against
+    # the same reply with the sentence put in bare (edits.bare_transplant). Before, "many small
+    # things" was confirmed with 3 of these 5 seeds (its transplants earned the length's +0.96)
+    p = Penalties([W.pays_length], penalties={**SETTINGS, "proposer": {"lexical": {"length": False}}}, html=False,
+                  seed=seed)
+    train(p, tmp_path, W.LONG)
+    assert not p.term.buffer.active(), [x.title for x in p.term.buffer.active()]

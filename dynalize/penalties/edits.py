@@ -23,7 +23,10 @@ regex, so a live penalty is edited as a fresh candidate is:
   be: what is measured is the pay for length itself, not for what longer replies say;
 - `regex` (any other regex, e.g. an LLM proposer's): its matches removed; no insertion.
 Text patterns (`TEXT_KINDS`) are also put in by `transplant`: the sentence that carries them in
-another reply (`carrier_sentence`), which confirmation uses (penalties.witness).
+another reply (`carrier_sentence`), which confirmation uses (penalties.witness), beside the same
+reply with that sentence put in bare, the pattern deleted from it (`bare_transplant`): the pay of
+the pattern is what the first earns over the second, not what the rest of its sentence (words,
+length, content) earns.
 A detector's pattern, or a penalty with no regex (an LLM's free description), is not editable
 (`form_of` returns None): its decision stays correlational.
 """
@@ -145,13 +148,27 @@ def transplant(form: Form, text: str, sentence: str, first: bool = False) -> str
     `text` already shows the pattern or the result does not."""
     if shows(form, text) is not False:
         return None
+    edited = _place(form, text, sentence, first)
+    return edited if shows(form, edited) else None
+
+
+def bare_transplant(form: Form, text: str, sentence: str, first: bool = False) -> str | None:
+    """`text` with `sentence` put where `transplant` puts it, the pattern deleted from it: what
+    the transplant adds besides the pattern. None when nothing of the sentence is left (the
+    pattern is the whole sentence, so the transplant adds only itself), or the result shows it."""
+    bare = delete(form, sentence)
+    if bare is None or not WORD.search(bare) or shows(form, text) is not False:
+        return None
+    placed = _place(form, text, bare, first)
+    return placed if shows(form, placed) is False else None
+
+
+def _place(form: Form, text: str, sentence: str, first: bool) -> str:
     body = text.strip()
     if first or form.kind == "opener":
-        edited = f"{sentence} {body}"
-    else:
-        stop = "" if _ENDED.search(body) else "."
-        edited = f"{body}{stop} {sentence}"
-    return edited if shows(form, edited) else None
+        return f"{sentence} {body}"
+    stop = "" if _ENDED.search(body) else "."
+    return f"{body}{stop} {sentence}"
 
 
 # --- deletions --------------------------------------------------------------------------------

@@ -2,8 +2,12 @@
 
 `Witness.check` takes up to `max_edits` replies of the proposal's view that show the candidate's
 pattern and up to as many that lack it (seeded), edits them (penalties.edits: a text pattern is
-put in by transplanting a carrier's sentence from a reply to another prompt), scores originals
-and edits with the reward in one call, and decides on the paired differences (penalties.confirm).
+put in by transplanting a carrier's sentence from a reply to another prompt), scores each edit
+and what it is measured against with the reward in one call, and decides on the paired
+differences (penalties.confirm). A deletion is measured against its reply; a transplant against
+the same reply with the same sentence put in bare, the pattern deleted from it (edits.
+bare_transplant), so what the rest of the sentence brings (its words, its length) is not counted
+as the pattern's pay; where nothing of the sentence is left without the pattern, against the reply.
 
 `ConfirmingProposer` puts that check between a proposer and the buffer: the lexical proposer
 offers its candidates in rank order (its `accept` veto) and the first one the reward confirms, or
@@ -37,7 +41,8 @@ import anyio
 
 from .candidate import Candidate, ProposalResult, Proposer
 from .confirm import NOT_CONFIRMABLE, REJECTED, Confirmation, decide
-from .edits import TEXT_KINDS, carrier_sentence, delete, form_of, insert, opens_replies, shows, transplant
+from .edits import (TEXT_KINDS, bare_transplant, carrier_sentence, delete, form_of, insert, opens_replies, shows,
+                    transplant)
 
 if TYPE_CHECKING:
     from .views import ProposerView
@@ -105,12 +110,18 @@ class Witness:
                     (showing if hit else lacking).append(unit)
         first = form.kind in ("phrase", "regex") and opens_replies(form, [r for _, r in showing])
         deleted = self._edits(showing, lambda p, t: delete(form, t), rng)
+        bare: dict[tuple[str, str], str] = {}  # an insertion's control: its sentence put in without the pattern
         if form.kind in TEXT_KINDS:  # a carrier's sentence, from a reply to another prompt
             donors = [(p, x) for p, r in showing if (x := carrier_sentence(form, r))]
 
             def put_in(prompt: str, text: str) -> str | None:
                 others = [x for p, x in donors if p != prompt]
-                return transplant(form, text, rng.choice(others), first) if others else None
+                if not others:
+                    return None
+                sentence = rng.choice(others)
+                if (control := bare_transplant(form, text, sentence, first)) is not None:
+                    bare[(prompt, text)] = control
+                return transplant(form, text, sentence, first)
             inserted = self._edits(lacking, put_in, rng)
         else:
             inserted = self._edits(lacking, lambda p, t: insert(form, t, first), rng)
@@ -122,8 +133,11 @@ class Witness:
         else:
             prompts = [p for p, _, _ in pairs] * 2
             originals = [o for _, o, _ in pairs]
+            # each edit beside what it is measured against: the reply itself, or for a transplant
+            # the reply with the sentence put in bare (the pay of the pattern, not of its sentence)
+            bases = originals[:len(deleted)] + [bare.get((p, o), o) for p, o, _ in inserted]
             try:
-                scores = self._score(prompts, originals + [e for _, _, e in pairs], originals * 2)
+                scores = self._score(prompts, bases + [e for _, _, e in pairs], originals * 2)
             except NotScorable as e:
                 c = Confirmation(NOT_CONFIRMABLE, str(e))
             else:
@@ -133,6 +147,7 @@ class Witness:
                 c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed,
                            rule="together" if form.kind == "length" else "each")
                 c.reward_calls = getattr(self.reward, "last_scored", len(prompts))  # a run's reward reuses some
+                c.extra["bare_controls"] = sum(b != o for b, o in zip(bases, originals))
         c.seconds = time.perf_counter() - t0
         return c
 
