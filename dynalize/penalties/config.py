@@ -324,7 +324,7 @@ class PenaltiesConfig(_Section):
     stops the run with one line. In the monitor, `--reward` does this (docs/monitor.md)."""
     confirm_edits: int = Field(32, ge=1)
     """Confirmation edits at most this many replies each way (removing, inserting) per candidate:
-    up to 4 x this many replies scored per candidate checked (2 x with an RM alone, whose originals'
+    up to 4 x this many replies scored per candidate checked (3 x with an RM alone, whose originals'
     values are taken from their rollouts)."""
     proposer: ProposerConfig = ProposerConfig()
     """Who proposes penalties."""
