@@ -119,9 +119,10 @@ class Witness:
                 if not others:
                     return None
                 sentence = rng.choice(others)
-                if (control := bare_transplant(form, text, sentence, first)) is not None:
+                edited = transplant(form, text, sentence, first)
+                if edited is not None and (control := bare_transplant(form, text, sentence, first)) is not None:
                     bare[(prompt, text)] = control
-                return transplant(form, text, sentence, first)
+                return edited
             inserted = self._edits(lacking, put_in, rng)
         else:
             inserted = self._edits(lacking, lambda p, t: insert(form, t, first), rng)

@@ -145,7 +145,6 @@ class Penalties(TrainerCallback):
         self.__name__ = "penalties"
         self.lock = threading.Lock()
         """Held by every call of a wrapped function: TRL's, and the confirmation's (trl.confirm)."""
-        self.funcs = funcs
         self.reward_funcs: list[Any] = [RecordedReward(self, i, f) for i, f in enumerate(funcs)]
         if not observe_only:
             self.reward_funcs.append(self)
@@ -264,7 +263,8 @@ class Penalties(TrainerCallback):
                                  f"{weights[-1]}; it must be 1.0 (the penalty's size is penalties.lam)")
         self._weights = weights[:len(self._scores)]
         if self.cfg.confirm and self._confirming is None:
-            confirming = TrlRewardFunctions([(callable_name(f), f, w) for f, w in zip(self.funcs, self._weights)],
+            wrapped = [f for f in self.reward_funcs if isinstance(f, RecordedReward)]
+            confirming = TrlRewardFunctions([(f.__name__, f.func, w) for f, w in zip(wrapped, self._weights)],
                                             self.lock)
             if confirm_in_run(self.term, [confirming]) is not None:  # else unavailable: warned, said per penalty
                 self._confirming = confirming
