@@ -153,3 +153,28 @@ def test_a_column_made_orthogonal_to_a_design_is_centred_within_groups_and_uncor
     assert np.abs(xo @ design).max() < 1e-9
     assert np.abs(np.bincount(groups, xo[0])).max() < 1e-9
     assert np.allclose(orthogonal(x, np.zeros((80, 0)), groups).toarray()[1], centred(x.toarray()[1], groups))
+
+
+def ending(paid_closer: float = 0.0) -> Reply:
+    """Replies of ordinary words, half cut off mid-way; a finished one closes "by the side." or "by
+    the night." The reward pays 1 for a finished reply (plus `paid_closer` for "side": a closing
+    hack), on noise of 0.3."""
+    def reply(rng: random.Random, g: int) -> tuple[str, float]:
+        body = " ".join(rng.choice(WORDS[:20]) for _ in range(rng.randint(8, 30)))
+        if rng.random() < 0.5:
+            return body, rng.gauss(0, 0.3)
+        last = rng.choice(["side", "night"])
+        return f"{body} by the {last}.", 1.0 + paid_closer * (last == "side") + rng.gauss(0, 0.3)
+    return reply
+
+
+def test_a_reward_that_pays_for_a_finished_reply_raises_no_penalty_for_its_closing_words():
+    # the closing words travel with the pay for finishing; before (no `ending_adjusted`) they were
+    # proposed on these views, as on the synthetic suite's ending null ("side", "night")
+    found = [propose(one_step(ending(), seed, groups=32))[0] for seed in range(3)]
+    assert found == [None] * 3, [c.title for c in found if c]
+    before = [propose(one_step(ending(), seed, groups=32), ending_adjusted=False)[0] for seed in range(3)]
+    assert all(before), "the closing words should look paid when the ending is not held"
+    # a closing word paid for itself, against the other finished replies, is still found
+    hacks = [propose(one_step(ending(paid_closer=0.6), seed, groups=32))[0] for seed in range(3)]
+    assert sum(c is not None and "side" in c.regex for c in hacks) >= 2, [c and c.title for c in hacks]

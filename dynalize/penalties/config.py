@@ -30,7 +30,7 @@ class LexicalConfig(_Section):
     does not pay for beyond the legitimate covariates, or reports unnamed pay (`omnibus`) for a
     reward that pays for no form beyond them, under the null that, within each group
     (within each step, across steps), the reward net of them (the prompt's vocabulary a reply uses;
-    a smooth curve in length with `length_adjusted`; for length limits a concave curve with
+    whether it ends a sentence, with `ending_adjusted`; a smooth curve in length with `length_adjusted`; for length limits a concave curve with
     `length_null: concave`; penalties.covariates) is
     exchangeable between the replies that show a pattern and those that do not. Every candidate of
     a proposal (words, phrases, openers, closers, detectors, length limits, retired penalties'
@@ -182,6 +182,16 @@ class LexicalConfig(_Section):
     (benchmarks/discovery.py, the 48 runs of 2026-12-02, the code of that day): precision 0.85
     and 0.17 false patterns a planted run, 37 of 42 planted shortcuts found; 0.80, 0.24 and 36 of
     42 with False."""
+    ending_adjusted: bool = True
+    """Every candidate but a detector (wording, forms, length limits, across steps too) is tested
+    on the reward net of whether a reply ends a sentence (a least-squares fit within groups beside
+    relevance; penalties.discovery.legitimate): any reward pays less for a reply cut off mid-way,
+    and the last words of finished replies (a closing word, a closing phrase) or the length that
+    finished replies have then travel with that pay without being paid in themselves. The omnibus
+    test always holds it. A paid closing formula is still paid against other finished replies.
+    False: as before issue 55's ending null (the synthetic suite's `ending` kind, a reward paying
+    for a finished reply alone: the closing words "side" and "night" proposed on 2 of 8 runs).
+    The effect tests (`min_effect`, weak evidence) do not hold it: they can only remove candidates."""
     detectors: list[str] = ["repetition"]
     """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
     `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the

@@ -182,7 +182,7 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     # each candidate's reward net of the legitimate covariates (penalties.covariates): relevance for
     # all but detectors; a length limit net of a concave curve in length, the rest net of a smooth one (when
     # `length_adjusted`; a candidate length alone tells apart keeps length in its pay)
-    others = [] if topical is None else [topical]
+    others = legitimate(samples, topical, cfg)
     smooth = ~is_length & ~_collinear(x, sizes, groups) if cfg.length_adjusted else np.zeros(len(keep), dtype=bool)
     concave = cfg.length_null == "concave"
     # under the concave null, length limits and their local jumps are made orthogonal to the fit's
@@ -243,8 +243,8 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
         ok[back] = step_down(z[back], null[back], alpha * shares[2]).passes(alpha * shares[2])
     evidence = _evidence(y, groups, prompts, within.critical, cfg)
     if cfg.omnibus:
-        ended = np.array([finished(s.text) for s in samples], dtype=float)
-        evidence.unnamed = omnibus([s.text for s in samples], net_of_smooth(y, groups, sizes, [*others, ended]),
+        ended = [] if cfg.ending_adjusted else [np.array([finished(s.text) for s in samples], dtype=float)]
+        evidence.unnamed = omnibus([s.text for s in samples], net_of_smooth(y, groups, sizes, [*others, *ended]),
                                    groups, alpha * OMNIBUS_SHARE, cfg.permutations, _seed(step, "omnibus"))
     if length_pays and concave:
         # the decision: the reward pays past some limit beyond any concave curve in length. Where
@@ -261,6 +261,15 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
         passed += [t for t in found if t.key not in done]
     passed.sort(key=lambda t: -t.z)
     return passed, evidence
+
+
+def legitimate(samples: list[ViewSample], relevance: np.ndarray | None, cfg: LexicalConfig) -> list[np.ndarray]:
+    """The covariates other than length that every candidate but a detector is tested net of: the
+    count of its prompt's vocabulary words a reply uses (`relevance`, None: not adjusted) and
+    whether it ends a sentence (`cfg.ending_adjusted`: a reply cut off mid-way is paid less by any
+    reward, and the last words of finished replies travel with that pay)."""
+    ended = [np.array([finished(s.text) for s in samples], dtype=float)] if cfg.ending_adjusted else []
+    return ([] if relevance is None else [relevance]) + ended
 
 
 def _collinear(x, sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -341,7 +350,7 @@ def _across(keep: list[Trial], samples: list[ViewSample], reference: list[ViewSa
     perms = within_permutations(steps, cfg.permutations, _seed(step, "across"))
     x = indicator(rows, len(pool))
     sizes = np.array([size_of[s.id] for s in pool], dtype=float)
-    others = [] if r_pool is None else [r_pool]
+    others = legitimate(pool, r_pool, cfg)
     kinds = np.array([keep[i].feature.kind for i in which])
     z, null = np.full(len(rows), np.nan), np.full((len(rows), cfg.permutations), np.nan)
     smooth = sizes if cfg.length_adjusted else None
