@@ -161,6 +161,15 @@ class LexicalConfig(_Section):
     repeated punctuation, markdown emphasis, headings, list items, numbered points, several lines,
     paragraphs, questions, exclamations): each a candidate of the wording family, decided by the
     same tests, whose penalty is its regex (issue 56)."""
+    families: bool = True
+    """Also test families (penalties.families): the content words, openers or closers the reward
+    pays most on a seeded half of the view's groups (at least two, at most eight of one class),
+    as one pattern that any member shows, tested on the other half alone at
+    `discovery.FAMILY_SHARE` of the proposal's within-group level. A hack written in several
+    wordings ("Happy to help further!", "Let me know if you want more.") spreads over its
+    members, each too rare for its own test; its penalty is the members' regexes joined, so the
+    policy cannot move to another member. False: no families (the wording family then decides
+    at that share too)."""
     omnibus: bool = True
     """Test, at each proposal, whether the replies' surface form predicts the reward within groups
     at all, beyond relevance, length and a finished ending (penalties.omnibus: cross-fitted ridge

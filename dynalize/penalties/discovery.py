@@ -38,6 +38,7 @@ from .config import LexicalConfig
 from .covariates import concave_fit, local_jumps, net_of_concave, net_of_smooth, orthogonal
 from .omnibus import Omnibus, finished, omnibus
 from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
+from .families import family_feature, members, shows_any, split
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
 from .sequential import sequential_null
@@ -52,21 +53,47 @@ LENGTH_SHARE = 0.25
 """The share of a proposal's within-group level the length family (its limits and their local
 jumps) decides at; wording and detectors decide at the rest (Bonferroni between the families)."""
 
+FAMILY_SHARE = 0.2
+"""The share of a proposal's within-group level its families decide at (penalties.families,
+`LexicalConfig.families`), kept whenever there is wording to test."""
+
 REVIVAL_SHARE = 0.1
 """The share the retired penalties' patterns decide at, when there are any: a family of a few
 candidates, whose critical value is far below that of thousands of n-grams, so a pattern that
 comes back is revived on weaker evidence, inside the run's error rate."""
 
 
-def _shares(wording: bool, length: bool, retired: bool) -> tuple[float, float, float]:
-    """The level's shares of the (wording, length, retired) families present: `LENGTH_SHARE` and
-    `REVIVAL_SHARE` where they are, wording the rest; a family alone takes all of it."""
+def _shares(wording: bool, length: bool, retired: bool, families: bool) -> tuple[float, float, float, float]:
+    """The level's shares of the (wording, length, retired, families) tests present: `LENGTH_SHARE`,
+    `REVIVAL_SHARE` and `FAMILY_SHARE` where they are, wording the rest; a family of tests alone
+    takes all of it. The families' share is kept beside any wording, whether a family was built
+    or not: which are built depends on the rewards of half the view."""
     length_share = LENGTH_SHARE * length
     retired_share = REVIVAL_SHARE * retired
     if not wording:
         total = length_share + retired_share
-        return (0.0, length_share / total, retired_share / total) if total else (1.0, 0.0, 0.0)
-    return (1.0 - length_share - retired_share, length_share, retired_share)
+        return (0.0, length_share / total, retired_share / total, 0.0) if total else (1.0, 0.0, 0.0, 0.0)
+    family_share = FAMILY_SHARE * families
+    return (1.0 - length_share - retired_share - family_share, length_share, retired_share, family_share)
+
+
+def _families(keep: list[Trial], rows: list[list[int]], y: np.ndarray, groups: np.ndarray,
+              others: list[np.ndarray], step: int) -> list[tuple[Trial, list[int]]]:
+    """The view's families (penalties.families), each a trial with the samples of the test half
+    that show it: its members chosen on the reward net of the legitimate covariates within the
+    screening half of the groups."""
+    screen = split(groups, step)
+    fresh = [i for i, c in enumerate(keep) if not c.retired]
+    x = indicator([rows[i] for i in fresh], len(y))
+    chosen = members([keep[i].feature.kind for i in fresh], x, net_of_smooth(y, groups, None, others), groups, screen)
+    out = []
+    for name, picked in chosen.items():
+        parts = [keep[fresh[r]] for r in picked]
+        f = family_feature(name, [p.feature for p in parts])
+        held_out = sorted({i for p in parts for i in p.now if not screen[i]})
+        trial = Trial(f.key, f, shows_any([p.shows for p in parts]), held_out, sorted({i for p in parts for i in p.then}))
+        out.append((trial, held_out))
+    return out
 
 JUMP_WINDOWS = (4, 10)
 """Words on each side of a limit whose local jump the length family tests (penalties.covariates):
@@ -174,15 +201,20 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
         if len(c.now) >= cfg.min_groups and len(set(prompts[c.now].tolist())) >= cfg.min_groups:
             rows.append(c.now)
             keep.append(c)
+    others = legitimate(samples, topical, cfg)
+    if cfg.families:  # chosen on half the groups, tested on the other half (penalties.families)
+        for trial, held_out in _families(keep, rows, y, groups, others, step):
+            keep.append(trial)
+            rows.append(held_out)
     perms = within_permutations(groups, cfg.permutations, _seed(step, "within"))
     retired = np.array([c.retired for c in keep], dtype=bool)
+    is_family = np.array([c.feature.kind == "family" for c in keep], dtype=bool)
     is_length = np.array([c.feature.kind == "length" for c in keep], dtype=bool)
     x = indicator(rows, len(samples))
     # one null for every score: the same permutations, the max over every candidate
     # each candidate's reward net of the legitimate covariates (penalties.covariates): relevance for
     # all but detectors; a length limit net of a concave curve in length, the rest net of a smooth one (when
     # `length_adjusted`; a candidate length alone tells apart keeps length in its pay)
-    others = legitimate(samples, topical, cfg)
     smooth = ~is_length & ~_collinear(x, sizes, groups) if cfg.length_adjusted else np.zeros(len(keep), dtype=bool)
     concave = cfg.length_null == "concave"
     # under the concave null, length limits and their local jumps are made orthogonal to the fit's
@@ -217,15 +249,17 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     # drown the few limits; retired penalties' patterns (their revival)
     fresh_length = is_length & ~retired
     named = 1.0 - OMNIBUS_SHARE * cfg.omnibus  # the omnibus test decides at the rest (below)
-    shares = tuple(named * s for s in _shares(bool((~is_length & ~retired).any()), bool(fresh_length.any()),
-                                               bool(retired.any())))
-    wording = np.flatnonzero(~is_length & ~retired)
+    wording = np.flatnonzero(~is_length & ~retired & ~is_family)
+    shares = tuple(named * s for s in _shares(bool(len(wording)), bool(fresh_length.any()), bool(retired.any()),
+                                               cfg.families))
     length_rows = np.concatenate([np.flatnonzero(fresh_length), len(keep) + np.arange(n_jumps)])
     back = np.flatnonzero(retired)
+    kin = np.flatnonzero(is_family)
     # as many permutations as the decision needs (penalties.sequential: the fixed count's decisions)
     z_all, null_all = sequential_null(nulls, cfg.permutations, [(wording, alpha * shares[0]),
                                                                 (length_rows, alpha * shares[1]),
-                                                                (back, alpha * shares[2])])
+                                                                (back, alpha * shares[2]),
+                                                                (kin, alpha * shares[3])])
     z, null = z_all[:len(keep)], null_all[:len(keep)]
     jz, jnull = z_all[len(keep):], null_all[len(keep):]
     within = step_down(z[wording], null[wording], alpha * shares[0])
@@ -241,6 +275,8 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
         within = within if len(wording) else length
     if retired.any():
         ok[back] = step_down(z[back], null[back], alpha * shares[2]).passes(alpha * shares[2])
+    if len(kin):
+        ok[kin] = step_down(z[kin], null[kin], alpha * shares[3]).passes(alpha * shares[3])
     evidence = _evidence(y, groups, prompts, within.critical, cfg)
     if cfg.omnibus:
         ended = [] if cfg.ending_adjusted else [np.array([finished(s.text) for s in samples], dtype=float)]
@@ -323,6 +359,8 @@ def _across(keep: list[Trial], samples: list[ViewSample], reference: list[ViewSa
     r_pool = np.array([relevance[s.id] for s in pool], dtype=float) if adjusted else None
     rows, which = [], []
     for i, c in enumerate(keep):
+        if c.feature.kind == "family":  # a family is tested on its test half, within groups alone
+            continue
         now = [len(reference) + at[j] for j in c.now if j in at]
         if (not view or len(now) < SATURATED * len(view)
                 or fisher_p(len(now), len(view), len(c.then), len(reference)) > alpha):

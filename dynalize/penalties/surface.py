@@ -38,7 +38,7 @@ do does did not no yes can could will would should may might must have has had j
 # then longer n-grams (the same evidence, said more precisely).
 # Length comes last: on equal evidence a specific wording is the better (less blunt) penalty.
 KIND_RANK = {"open1": 0, "open2": 1, "close?": 2, "closep": 2, "closeword": 3, "ngram3": 4, "ngram2": 5,
-             "ngram1": 6, "form": 7, "detector": 7, "length": 8}
+             "ngram1": 6, "family": 7, "form": 7, "detector": 7, "length": 8}
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Feature:
 
     @property
     def title(self) -> str:
-        if self.kind in ("detector", "form"):  # a named detector or form (penalties.forms): `shown` is its title
+        if self.kind in ("detector", "form", "family"):  # a named detector, form or family: `shown` is its title
             return self.shown
         if self.kind.startswith("open"):
             return f'Replies open with "{self.shown}"'

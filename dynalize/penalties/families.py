@@ -1,0 +1,136 @@
+"""Families: interchangeable words, openers or closers the reward pays alike, proposed as one
+penalty (issue 56).
+
+A hack that comes in several wordings ("Happy to help further!", "Let me know if you want
+more.", ...) spreads over its members: each member is in a fifth of the replies, too few for its
+own test, and a penalty on one member leaves the others paid. A family is the disjunction of the
+members of one class (`CLASSES`: content words, openers, closers) that the reward pays most.
+
+Choosing the members with the rewards and then testing their union on the same rewards would
+not hold the error rate, so the view's prompt groups are split in two by a seeded draw (`split`):
+the members are chosen on one half (`SCREEN_Z`, `MAX_MEMBERS`), and the family is tested on the
+other half alone (its indicator is zero on the first). Given the first half, the second half's
+rewards are still exchangeable within its groups under the null, so the family's permutation
+test (penalties.discovery, in a family of tests of its own at `FAMILY_SHARE` of the level) is
+exact; its penalty then matches every reply that shows a member.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+from scipy import sparse
+
+from .permutation import centred, group_index
+from .surface import Feature
+
+CLASSES = {"words": ("ngram1",), "openers": ("open1", "open2"), "closers": ("closeword", "closep")}
+"""The kinds of candidate a family's members are drawn from, by class: a family is all of one class."""
+
+SCREEN_Z = 2.0
+"""The union's within-group statistic against the rest on the screening half, at least."""
+
+MEMBER_T = 2.0
+"""A member's pay against the replies showing none of its class, in standard errors, at least."""
+
+POOL = 200
+"""Candidates of a class fitted together on the screening half, at most: the commonest."""
+
+MAX_MEMBERS = 8
+"""Members of a family, at most (the strongest on the screening half)."""
+
+MIN_MEMBERS = 2
+"""A family needs this many members: one member is its own candidate already."""
+
+
+def split(groups: np.ndarray, step: int) -> np.ndarray:
+    """Per sample, whether its group is in the screening half: a seeded draw of half the groups
+    (by the proposal's step), so the two halves hold about as many prompts each."""
+    rng = np.random.default_rng(zlib.crc32(f"families:{step}".encode()))
+    ids = np.unique(groups)
+    screen = rng.permutation(ids)[: len(ids) // 2]
+    return np.isin(groups, screen)
+
+
+def members(kinds: list[str], x: sparse.csr_matrix, scores: np.ndarray, groups: np.ndarray,
+            screen: np.ndarray) -> dict[str, list[int]]:
+    """Per class, the rows of `x` (candidates of `kinds`) chosen as a family's members on the
+    screening half of the groups. Members of a hack in several wordings are each paid about as
+    much as the rest of the replies, which are mostly other members, so each is measured against
+    the replies that show none of its class: a ridge fit within groups of the reward on the
+    class's `POOL` commonest candidates together. The members: those whose pay there reaches
+    `MEMBER_T` standard errors, the strongest `MAX_MEMBERS`; a class whose union, against the
+    rest, does not reach `SCREEN_Z` with `MIN_MEMBERS` or more is left out."""
+    if not screen.any() or screen.all():
+        return {}
+    at = np.flatnonzero(screen)
+    g = group_index(groups[at].tolist())
+    r = centred(np.asarray(scores, dtype=float)[at], g)
+    out = {}
+    for name, allowed in CLASSES.items():
+        rows = np.array([i for i, k in enumerate(kinds) if k in allowed], dtype=np.int64)
+        if len(rows) < MIN_MEMBERS:
+            continue
+        xa = x[rows][:, at].toarray()
+        rows, xa = rows[_commonest(xa)], xa[_commonest(xa)]
+        t = _ridge_t(np.column_stack([centred(c, g) for c in xa]) if len(xa) else np.zeros((len(at), 0)), r)
+        picked = [i for i in np.argsort(-t) if t[i] >= MEMBER_T][:MAX_MEMBERS]
+        if len(picked) < MIN_MEMBERS:
+            continue
+        union = xa[picked].max(axis=0)
+        if _z(union, r, g) >= SCREEN_Z:
+            out[name] = [int(rows[i]) for i in picked]
+    return out
+
+
+def _commonest(xa: np.ndarray) -> np.ndarray:
+    """The `POOL` rows shown by the most samples (all of them when fewer), in their order."""
+    counts = xa.sum(axis=1)
+    keep = np.flatnonzero(counts > 0)
+    return np.sort(keep[np.argsort(-counts[keep], kind="stable")[:POOL]])
+
+
+def _ridge_t(xc: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Each column's coefficient over its standard error in a ridge fit of `r` on the columns
+    (all centred within groups), the penalty one sample's worth per column."""
+    if not xc.shape[1]:
+        return np.zeros(0)
+    gram = xc.T @ xc + np.eye(xc.shape[1])
+    inv = np.linalg.inv(gram)
+    coef = inv @ (xc.T @ r)
+    resid = r - xc @ coef
+    sigma2 = float(resid @ resid) / max(len(r) - xc.shape[1], 1)
+    se = np.sqrt(np.maximum(np.einsum("ij,jk,ki->i", inv, gram - np.eye(len(gram)), inv) * sigma2, 1e-24))
+    return coef / se
+
+
+def _z(v: np.ndarray, r: np.ndarray, g: np.ndarray) -> float:
+    """`v`'s sum of residuals `r` over its exact within-group permutation std."""
+    n_g = np.bincount(g).astype(float)
+    k = np.bincount(g, v, minlength=len(n_g))
+    s2 = np.bincount(g, r * r, minlength=len(n_g)) / np.maximum(n_g - 1, 1)
+    var = float((s2 * k * (n_g - k) / np.maximum(n_g, 1)).sum())
+    return float(v @ r) / np.sqrt(var) if var > 1e-12 else -np.inf
+
+
+def family_feature(name: str, parts: list[Feature]) -> Feature:
+    """The family's pattern: a reply shows it when it shows any member (their regexes joined)."""
+    shown = ", ".join(f'"{p.shown}"' for p in parts)
+    title = {"words": f"Replies use any of the words {shown}",
+             "openers": f"Replies open with any of {shown}",
+             "closers": f"Replies end with any of {shown}"}[name]
+    body = "|".join(f"(?:{_scoped(p.regex)})" for p in parts)
+    return Feature("family", f"family:{name}:" + "|".join(p.key for p in parts), title, body)
+
+
+def _scoped(rx: str) -> str:
+    """A member's regex with its leading global flag made local, so members can be joined."""
+    return f"(?i:{rx[4:]})" if rx.startswith("(?i)") else rx
+
+
+def shows_any(shows: list[Callable]) -> Callable:
+    """Whether a sample shows any member (each member's own test)."""
+    return lambda s: any(f(s) for f in shows)
+
