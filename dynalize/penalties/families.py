@@ -73,8 +73,9 @@ def members(kinds: list[str], x: sparse.csr_matrix, scores: np.ndarray, groups: 
         rows = np.array([i for i, k in enumerate(kinds) if k in allowed], dtype=np.int64)
         if len(rows) < MIN_MEMBERS:
             continue
-        xa = x[rows][:, at].toarray()
-        rows, xa = rows[_commonest(xa)], xa[_commonest(xa)]
+        xs = x[rows][:, at]
+        common = _commonest(np.asarray(xs.sum(axis=1)).ravel())  # before any dense copy: a view
+        rows, xa = rows[common], xs[common].toarray()  # may hold tens of thousands of words
         t = _ridge_t(np.column_stack([centred(c, g) for c in xa]) if len(xa) else np.zeros((len(at), 0)), r)
         picked = [i for i in np.argsort(-t) if t[i] >= MEMBER_T][:MAX_MEMBERS]
         if len(picked) < MIN_MEMBERS:
@@ -85,9 +86,8 @@ def members(kinds: list[str], x: sparse.csr_matrix, scores: np.ndarray, groups: 
     return out
 
 
-def _commonest(xa: np.ndarray) -> np.ndarray:
-    """The `POOL` rows shown by the most samples (all of them when fewer), in their order."""
-    counts = xa.sum(axis=1)
+def _commonest(counts: np.ndarray) -> np.ndarray:
+    """The `POOL` rows shown by the most samples (`counts`; all of them when fewer), in their order."""
     keep = np.flatnonzero(counts > 0)
     return np.sort(keep[np.argsort(-counts[keep], kind="stable")[:POOL]])
 
