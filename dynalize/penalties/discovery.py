@@ -77,24 +77,6 @@ def _shares(wording: bool, length: bool, retired: bool, families: bool) -> tuple
     return (1.0 - length_share - retired_share - family_share, length_share, retired_share, family_share)
 
 
-def _families(keep: list[Trial], rows: list[list[int]], y: np.ndarray, groups: np.ndarray,
-              others: list[np.ndarray], step: int) -> list[tuple[Trial, list[int]]]:
-    """The view's families (penalties.families), each a trial with the samples of the test half
-    that show it: its members chosen on the reward net of the legitimate covariates within the
-    screening half of the groups."""
-    screen = split(groups, step)
-    fresh = [i for i, c in enumerate(keep) if not c.retired]
-    x = indicator([rows[i] for i in fresh], len(y))
-    chosen = members([keep[i].feature.kind for i in fresh], x, net_of_smooth(y, groups, None, others), groups, screen)
-    out = []
-    for name, picked in chosen.items():
-        parts = [keep[fresh[r]] for r in picked]
-        f = family_feature(name, [p.feature for p in parts])
-        held_out = sorted({i for p in parts for i in p.now if not screen[i]})
-        trial = Trial(f.key, f, shows_any([p.shows for p in parts]), held_out, sorted({i for p in parts for i in p.then}))
-        out.append((trial, held_out))
-    return out
-
 JUMP_WINDOWS = (4, 10)
 """Words on each side of a limit whose local jump the length family tests (penalties.covariates):
 a narrow window sees a step the concave curve rounds into a peak beside it (an honest pay that
@@ -306,6 +288,26 @@ def legitimate(samples: list[ViewSample], relevance: np.ndarray | None, cfg: Lex
     reward, and the last words of finished replies travel with that pay)."""
     ended = [np.array([finished(s.text) for s in samples], dtype=float)] if cfg.ending_adjusted else []
     return ([] if relevance is None else [relevance]) + ended
+
+
+def _families(keep: list[Trial], rows: list[list[int]], y: np.ndarray, groups: np.ndarray,
+              others: list[np.ndarray], step: int) -> list[tuple[Trial, list[int]]]:
+    """The view's families (penalties.families), each a trial with the samples of the test half
+    that show it: its members chosen on the reward net of the legitimate covariates within the
+    screening half of the groups."""
+    screen = split(groups, step)
+    fresh = [i for i, c in enumerate(keep) if not c.retired]
+    x = indicator([rows[i] for i in fresh], len(y))
+    scores = net_of_smooth(y, groups, None, others)
+    chosen = members([keep[i].feature.kind for i in fresh], x, scores, groups, screen)
+    out = []
+    for name, picked in chosen.items():
+        parts = [keep[fresh[r]] for r in picked]
+        f = family_feature(name, [p.feature for p in parts])
+        held_out = sorted({i for p in parts for i in p.now if not screen[i]})
+        then = sorted({i for p in parts for i in p.then})
+        out.append((Trial(f.key, f, shows_any([p.shows for p in parts]), held_out, then), held_out))
+    return out
 
 
 def _collinear(x, sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
