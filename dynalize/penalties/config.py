@@ -71,6 +71,12 @@ class LexicalConfig(_Section):
     """A pattern counts as covered by an active penalty when its regex matches this share of its replies."""
     length: bool = True
     """Also look for "replies run longer than L words" (L from the batch's word counts)."""
+    short: bool = True
+    """Also look for "replies run at most L words" (a form, the wording family's test): for each
+    length limit below `length_floor`'s quantile of the reference replies' lengths (none without a
+    reference), a reward that pays for shrinking below what the untrained policy wrote (issue 56:
+    length in either direction). A reward that pays for length, or for not rambling past a
+    length most replies stay under, pays nothing for these."""
     length_step: int = Field(5, ge=1)
     """Length limits are multiples of this many words."""
     unit: Literal["rollout", "reply"] = "rollout"

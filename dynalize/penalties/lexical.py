@@ -38,7 +38,8 @@ from .evidence import Effect, Held, fisher_p, net_of
 from .relevance import topical_counts
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .forms import FORMS, form_feature
-from .surface import KIND_RANK, Feature, length_feature, length_limit, longest_reply, view_features, word_count
+from .surface import (KIND_RANK, Feature, length_feature, length_limit, longest_reply, short_feature, view_features,
+                      word_count)
 from .views import ProposerView, ViewSample, distinct_reference, per_reply, prompt_group, rollout_id
 
 Spans = dict[str, list[list[tuple[int, int]]]]
@@ -205,6 +206,12 @@ class LexicalProposer:
             f = length_feature(n)
             feature[f.key], shown[f.key] = f, Counter({f.shown: 1})
             candidates.append(tested(f.key, f, lambda s, n=n: words_of[s.id] > n))
+        if self.cfg.short:  # "at most L words", below what the untrained policy wrote
+            shortest = {s.id: min(map(word_count, s.parts), default=0) for s in everyone}
+            for n in (n for n in limits if n < floor):
+                f = short_feature(n)
+                feature[f.key], shown[f.key] = f, Counter({f.shown: 1})
+                candidates.append(tested(f.key, f, lambda s, n=n: 0 < shortest[s.id] <= n))
         active = penalty_matches(view.active, view.samples, result)
         retired = penalty_matches(view.retired, view.samples + view.reference, result)
         comeback = self._retired_trials(view, retired, detections, usable)

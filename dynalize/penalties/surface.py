@@ -252,6 +252,13 @@ def length_feature(words: int) -> Feature:
     return Feature("length", f">{words}", str(words), rf"\A\s*(?:\S+\s+){{{words}}}\S")
 
 
+def short_feature(words: int) -> Feature:
+    """The pattern "at most `words` words" (a form: its title is shown as is): a reply of 1 to
+    `words` whitespace-separated tokens, the whole of it (no edit can take it out of a reply)."""
+    return Feature("form", f"<={words}", f"Replies run at most {words} words",
+                   rf"\A\s*(?:\S+\s+){{0,{words - 1}}}\S+\s*\Z")
+
+
 _LENGTH_REGEX = regex.compile(r"\\A\\s\*\(\?:\\S\+\\s\+\)\{(\d+)\}\\S")
 
 
