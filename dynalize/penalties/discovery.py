@@ -184,15 +184,16 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
             rows.append(c.now)
             keep.append(c)
     others = legitimate(samples, topical, cfg)
+    x = indicator(rows, len(samples))
     if cfg.families:  # chosen on half the groups, tested on the other half (penalties.families)
-        for trial, held_out in _families(keep, rows, y, groups, others, step):
-            keep.append(trial)
-            rows.append(held_out)
+        found = _families(keep, x, y, groups, others, step)
+        keep += [trial for trial, _ in found]
+        if found:
+            x = sparse.vstack([x, indicator([held_out for _, held_out in found], len(samples))]).tocsr()
     perms = within_permutations(groups, cfg.permutations, _seed(step, "within"))
     retired = np.array([c.retired for c in keep], dtype=bool)
     is_family = np.array([c.feature.kind == "family" for c in keep], dtype=bool)
     is_length = np.array([c.feature.kind == "length" for c in keep], dtype=bool)
-    x = indicator(rows, len(samples))
     # one null for every score: the same permutations, the max over every candidate
     # each candidate's reward net of the legitimate covariates (penalties.covariates): relevance for
     # all but detectors; a length limit net of a concave curve in length, the rest net of a smooth one (when
@@ -290,16 +291,15 @@ def legitimate(samples: list[ViewSample], relevance: np.ndarray | None, cfg: Lex
     return ([] if relevance is None else [relevance]) + ended
 
 
-def _families(keep: list[Trial], rows: list[list[int]], y: np.ndarray, groups: np.ndarray,
+def _families(keep: list[Trial], x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
               others: list[np.ndarray], step: int) -> list[tuple[Trial, list[int]]]:
     """The view's families (penalties.families), each a trial with the samples of the test half
     that show it: its members chosen on the reward net of the legitimate covariates within the
     screening half of the groups."""
     screen = split(groups, step)
     fresh = [i for i, c in enumerate(keep) if not c.retired]
-    x = indicator([rows[i] for i in fresh], len(y))
     scores = net_of_smooth(y, groups, None, others)
-    chosen = members([keep[i].feature.kind for i in fresh], x, scores, groups, screen)
+    chosen = members([keep[i].feature.kind for i in fresh], x[fresh], scores, groups, screen)
     out = []
     for name, picked in chosen.items():
         parts = [keep[fresh[r]] for r in picked]

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import sparse
 
-from .permutation import centred, group_index
+from .permutation import centred, group_index, plain_z
 from .surface import Feature
 
 CLASSES = {"words": ("ngram1",), "openers": ("open1", "open2"), "closers": ("closeword", "closep")}
@@ -80,8 +80,8 @@ def members(kinds: list[str], x: sparse.csr_matrix, scores: np.ndarray, groups: 
         picked = [i for i in np.argsort(-t) if t[i] >= MEMBER_T][:MAX_MEMBERS]
         if len(picked) < MIN_MEMBERS:
             continue
-        union = xa[picked].max(axis=0)
-        if _z(union, r, g) >= SCREEN_Z:
+        union = sparse.csr_matrix(xa[picked].max(axis=0, keepdims=True))
+        if plain_z(union, r, g)[0] >= SCREEN_Z:  # nan where no group contrasts it: left out
             out[name] = [int(rows[i]) for i in picked]
     return out
 
@@ -104,15 +104,6 @@ def _ridge_t(xc: np.ndarray, r: np.ndarray) -> np.ndarray:
     sigma2 = float(resid @ resid) / max(len(r) - xc.shape[1], 1)
     se = np.sqrt(np.maximum(np.einsum("ij,jk,ki->i", inv, gram - np.eye(len(gram)), inv) * sigma2, 1e-24))
     return coef / se
-
-
-def _z(v: np.ndarray, r: np.ndarray, g: np.ndarray) -> float:
-    """`v`'s sum of residuals `r` over its exact within-group permutation std."""
-    n_g = np.bincount(g).astype(float)
-    k = np.bincount(g, v, minlength=len(n_g))
-    s2 = np.bincount(g, r * r, minlength=len(n_g)) / np.maximum(n_g - 1, 1)
-    var = float((s2 * k * (n_g - k) / np.maximum(n_g, 1)).sum())
-    return float(v @ r) / np.sqrt(var) if var > 1e-12 else -np.inf
 
 
 def family_feature(name: str, parts: list[Feature]) -> Feature:
