@@ -129,3 +129,32 @@ def test_a_transplant_s_control_is_its_sentence_put_in_bare_where_the_transplant
     opener = feature("open1:great")
     assert bare_transplant(opener, PLAIN, "Great!") is None  # nothing of the sentence is left: the reply itself
     assert bare_transplant(fragment, "It matters in the long run.", sentence) is None  # the reply shows it
+
+
+def _family(name: str, prefix: str, texts: list[str]):
+    from dynalize.penalties.families import family_feature
+
+    return form_of(family_feature(name, [next(f for k, f in reply_features(t).items() if k.startswith(prefix))
+                                         for t in texts]).regex)
+
+
+def test_a_family_is_edited_member_by_member_as_each_member_is_alone():
+    closers = ["Sure. Let me know if you want more!", "Fine. Feel free to ask for details.", "Ok. Happy to help further!"]
+    family = _family("closers", "closeword:", closers)
+    assert family.kind == "family" and [m.kind for m in family.members] == ["last_word"] * 3
+    for text, member in zip(closers, family.members):
+        assert delete(family, text) == delete(member, text)  # a finished sentence, as a closer's own edit leaves
+    assert delete(family, "The dog ran. Tell me if you want more details.") == "The dog ran. Tell me if you want."
+    assert delete(family, "Nothing here.") is None and insert(family, "Nothing here.") is None
+    assert carrier_sentence(family, "Happy to help further! The dog ran. Ask me for more.") == "Ask me for more."
+    openers = _family("openers", "open1:", ["Great question! The cat.", "Wow, the dog ran."])
+    assert [m.kind for m in openers.members] == ["opener", "opener"]
+    assert delete(openers, "Wow, the dog ran.") == "The dog ran."
+    words = _family("words", "ngram1:", ["empower", "empowering"])
+    assert delete(words, "We empower people by empowering them.") == "We people by them."
+
+
+def test_an_alternation_that_is_not_a_family_of_editable_members_stays_a_regex():
+    assert form_of(r"(?:foo|bar)").kind == "regex"
+    assert form_of(r"(?:[|)]x)|(?:y\))").kind == "regex"  # a member no edit reads: the whole is a regex
+    assert form_of(r"colou?r|gray").kind == "regex"

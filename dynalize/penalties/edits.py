@@ -21,6 +21,9 @@ regex, so a live penalty is edited as a fresh candidate is:
   frames the reply) until L words, cut at L words if one sentence is longer / content-free
   sentences (`PADDING`) appended past L words. The content is held fixed as far as a length can
   be: what is measured is the pay for length itself, not for what longer replies say;
+- `family` (any of several of the kinds above, penalties.families: their regexes joined): each
+  member shown removed by its own deletion, so a closing offer leaves a finished sentence; put in
+  by `transplant` only (a carrier's sentence, where the replies have it);
 - `regex` (any other regex, e.g. an LLM proposer's): its matches removed; no insertion.
 Text patterns (`TEXT_KINDS`) are also put in by `transplant`: the sentence that carries them in
 another reply (`carrier_sentence`), which confirmation uses (penalties.witness), beside the same
@@ -65,6 +68,8 @@ class Form:
     regex: str
     text: str = ""
     limit: int = 0
+    members: tuple[Form, ...] = ()
+    """A family's members (`family`), each its own form."""
 
 
 def _unescape(s: str) -> str:
@@ -90,6 +95,8 @@ def form_of(pattern: str | None, detector: str | None = None) -> Form | None:
         return Form("question", pattern, "?")
     if pattern.endswith(TRAILER) and regex.fullmatch(r"(?:\\?[^\w\s\\])+", pattern[:-len(TRAILER)]):
         return Form("punct", pattern, _unescape(pattern[:-len(TRAILER)]))
+    if (members := _members(pattern)) is not None:
+        return Form("family", pattern, members=members)
     word_first = "(?i)" + WORD_START
     if pattern.startswith(word_first) and pattern.endswith(r"\W*\Z"):
         return Form("last_word", pattern, _unescape(pattern[len(word_first):-len(r"\W*\Z")]))
@@ -97,6 +104,46 @@ def form_of(pattern: str | None, detector: str | None = None) -> Form | None:
         words = pattern[len(word_first):-len(WORD_END)].split(r"\W+")
         return Form("phrase", pattern, " ".join(_unescape(w) for w in words))
     return Form("regex", pattern)
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """`pattern`'s top-level alternatives (escapes and character classes respected)."""
+    out, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return [*out, pattern[start:]]
+
+
+def _members(pattern: str) -> tuple[Form, ...] | None:
+    """A family's members (penalties.families.family_feature: `(?:member)|(?:member)...`, each
+    member's leading `(?i)` made local as `(?i:...)`), or None when `pattern` is not one whose every
+    member is an editable kind."""
+    parts = _alternatives(pattern)
+    if len(parts) < 2 or not all(p.startswith("(?:") and p.endswith(")") and len(_alternatives(p[3:-1])) == 1
+                                 for p in parts):
+        return None
+    inner = [p[3:-1] for p in parts]
+    regexes = [f"(?i){p[4:-1]}" if p.startswith("(?i:") and p.endswith(")") and len(_alternatives(p[4:-1])) == 1
+               else p for p in inner]
+    forms = [form_of(r) for r in regexes]
+    if any(f is None or f.kind in ("regex", "family", "length") for f in forms):
+        return None
+    return tuple(f for f in forms if f is not None)
 
 
 def shows(form: Form, text: str) -> bool | None:
@@ -129,7 +176,7 @@ def insert(form: Form, text: str, first: bool = False) -> str | None:
     return edited if edited and shows(form, edited) else None
 
 
-TEXT_KINDS = ("opener", "phrase", "last_word", "regex")
+TEXT_KINDS = ("opener", "phrase", "last_word", "family", "regex")
 """Patterns that are text within a sentence: put in by `transplant` (a sentence that carries
 them, from a reply to another prompt), so what is inserted is the pattern as the replies write
 it (the whole paid phrase around a fragment of it), and a word that is paid only as content for
@@ -140,7 +187,12 @@ def carrier_sentence(form: Form, text: str) -> str | None:
     """The sentence of `text` that shows the pattern (the last such for `last_word`, else the
     first), or None (a match across sentences)."""
     found = [m.group().strip() for m in _SENTENCE.finditer(text) if m.group().strip() and shows(form, m.group().strip())]
-    return (found[-1] if form.kind == "last_word" else found[0]) if found else None
+    return (found[-1] if _closing(form) else found[0]) if found else None
+
+
+def _closing(form: Form) -> bool:
+    """Whether the pattern is a reply's last word (a closer, or a family of closers)."""
+    return form.kind == "last_word" or bool(form.members) and all(m.kind == "last_word" for m in form.members)
 
 
 def transplant(form: Form, text: str, sentence: str, first: bool = False) -> str | None:
@@ -188,6 +240,17 @@ def tidy(text: str) -> str:
 
 def _remove_all(form: Form, text: str) -> str:
     return tidy(regex.sub(form.regex, " ", text, timeout=TIMEOUT))
+
+
+def _remove_members(form: Form, text: str) -> str:
+    """Each member the text shows removed by its own deletion, until none is left (removing a
+    closer can leave another member last)."""
+    for _ in range(2 * len(form.members)):
+        shown = next((m for m in form.members if shows(m, text)), None)
+        if shown is None or not text.strip():
+            break
+        text = _DELETE[shown.kind](shown, text)
+    return text
 
 
 def _remove_opener(form: Form, text: str) -> str:
@@ -254,7 +317,8 @@ def _mark(form: Form, text: str) -> str:
 
 
 _DELETE = {"opener": _remove_opener, "marker": _unmark, "question": _full_stop, "punct": _full_stop,
-           "last_word": _remove_last_word, "phrase": _remove_all, "regex": _remove_all, "length": _shorten}
+           "last_word": _remove_last_word, "phrase": _remove_all, "regex": _remove_all, "length": _shorten,
+           "family": _remove_members}
 
 
 # --- insertions -------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ class Witness:
                     continue
                 if (hit := shows(form, reply)) is not None:
                     (showing if hit else lacking).append(unit)
-        first = form.kind in ("phrase", "regex") and opens_replies(form, [r for _, r in showing])
+        first = form.kind in ("phrase", "family", "regex") and opens_replies(form, [r for _, r in showing])
         deleted = self._edits(showing, lambda p, t: delete(form, t), rng)
         bare: dict[tuple[str, str], str] = {}  # an insertion's control: its sentence put in without the pattern
         if form.kind in TEXT_KINDS:  # a carrier's sentence, from a reply to another prompt
