@@ -14,6 +14,7 @@ from .errors import ConfigError
 from .judge.judge import Judge, RegexJudge
 from .penalties.buffer import PenaltyBuffer
 from .penalties.config import JudgeConfig, PenaltiesConfig
+from .penalties.detectors import DETECTORS
 from .penalties.lexical import LexicalProposer
 from .rewards.penalties import PenaltyTerm
 
@@ -44,13 +45,19 @@ def penalty_term(cfg: PenaltiesConfig, *, domain: str = "", seed: int = 0,
         chat = labelled(chat_factory(p.chat), "proposer")
         proposer: Any = LLMProposer(chat, p, dedup, require_regex=j.engine == "regex")
     else:
+        lexical = p.lexical
+        if not j.context and "detectors" not in lexical.model_fields_set:
+            # the default list: its detectors that read the conversation only where the judge reads it
+            lexical = lexical.model_copy(update={"detectors": [
+                name for name in lexical.detectors if not (name in DETECTORS and DETECTORS[name].needs_context)]})
         try:
-            proposer = LexicalProposer(p.lexical)
+            proposer = LexicalProposer(lexical)
         except ValueError as e:  # an unknown detector name
             raise ConfigError(f"config error: penalties.proposer.lexical.detectors: {e}") from None
-        if not j.context and any(d.needs_context for d in proposer.detectors):
-            raise ConfigError("config error: penalties.proposer.lexical.detectors has a detector that reads the "
-                              "conversation (off_topic): it needs penalties.judge.context: true")
+        if not j.context and (reading := [d.name for d in proposer.detectors if d.needs_context]):
+            raise ConfigError(f"config error: penalties.proposer.lexical.detectors has detectors that read the "
+                              f"conversation ({', '.join(reading)}): they need penalties.judge.context: true, or "
+                              f"leave them out of the list")
     judge: Judge = RegexJudge()
     if j.engine == "llm":
         assert chat_factory is not None

@@ -75,10 +75,34 @@ def test_every_detector_has_a_name_title_and_description_and_unknown_names_are_r
     with pytest.raises(ConfigError, match="penalties.proposer.lexical.detectors: unknown detector"):
         build_penalty_term(cfg)
     cfg.proposer.lexical.detectors, cfg.judge.context = ["off_topic"], False
-    with pytest.raises(ConfigError, match="needs penalties.judge.context: true"):
+    with pytest.raises(ConfigError, match=r"\(off_topic\): they need penalties.judge.context: true"):
         build_penalty_term(cfg)
     cfg.judge.context = True
     assert build_penalty_term(cfg).proposer.detectors == [DETECTORS["off_topic"]]
+
+
+def test_the_default_list_tests_echo_only_where_the_judge_reads_the_conversation():
+    cfg = PenaltiesConfig(enabled=True)
+    assert [d.name for d in build_penalty_term(cfg).proposer.detectors] == ["repetition", "echo"]
+    cfg.judge.context = False  # the default list, a judge without the conversation: echo left out
+    assert [d.name for d in build_penalty_term(cfg).proposer.detectors] == ["repetition"]
+    cfg.proposer.lexical.detectors = ["repetition", "echo"]  # named by the user: refused, not dropped
+    with pytest.raises(ConfigError, match=r"\(echo\)"):
+        build_penalty_term(cfg)
+
+
+def test_echo_is_a_restatement_of_what_the_user_said_not_the_words_an_answer_takes_up():
+    d = detector("echo")
+    ctx = "[user]\nHow should I water the tomato plants in my garden during a dry summer week?"
+    assert d("So: how should I water the tomato plants in my garden? Early, and deeply.", ctx)  # 9 of 15 words
+    assert not d("Water the tomato plants in my garden early in the morning.", ctx)  # 7 words: an answer's
+    chat = "[user]\nHello there friend\n\n[assistant]\nHow can I help you today, my friend?\n\n[user]\nTell me a joke"
+    assert d("Tell me a joke, you say? Here is one.", chat)  # all of a short message
+    assert not d("How can I help you today my friend?", chat)  # the assistant's own words are not the user's
+    long = "[user]\n" + " ".join(VOCAB) + "."  # 25 words: a dozen in a row is a restatement
+    assert d("You said " + " ".join(VOCAB[5:17]) + ".", long) and not d(" ".join(VOCAB[5:16]) + ".", long)
+    with pytest.raises(ValueError, match="needs the conversation"):
+        d("Anything at all here.", None)
 
 
 def test_the_penalty_list_names_a_penalty_s_detector():
@@ -130,7 +154,7 @@ def test_the_default_looks_for_loops_the_rm_pays_for():
     # a degenerate loop is a hack no word pattern names: the default tests `repetition`
     c = propose(make_view(repeating, plain)).accepted
     assert c is not None and c.detector == "repetition"
-    assert LexicalConfig().detectors == ["repetition"]
+    assert LexicalConfig().detectors == ["repetition", "echo"]
 
 
 def test_no_detector_penalty_when_off_or_when_the_rm_does_not_pay_for_it():
@@ -283,3 +307,50 @@ def test_the_run_history_and_the_audit_keep_a_penalty_s_detector(tmp_path):
     [p] = penalty_history(Run(tmp_path)).select("all")
     assert p.detector == "repetition" and p.regex is None
     assert live_copy(p, "new:p001").detector == "repetition"
+
+
+PROMPTS = ("Tell me about the {} and the {} near the {} please.", "What do you think of the {}, the {} and the {}?",
+           "Could you describe how a {} meets a {} by the {}?", "Write a few lines on the {} with the {} and a {}.",
+           "Why would anyone keep a {} beside the {} and the {}?", "Explain the {} to me, then the {}, then the {}.")
+
+
+def echo_view(seed: int, pay_echo: float, pay_topic: float, groups: int = 32, per_group: int = 8) -> ProposerView:
+    """Prompts (of six kinds) about three words of their own; each reply uses 0-3 of them, and 40 % restate the
+    prompt, first or last, in varied lead-ins (so they use all three). Reward: `pay_topic` per topic word, `pay_echo` for
+    restating, noise 0.3."""
+    from dynalize.grpo import advantages
+    from dynalize.penalties.views import advantage_sign
+
+    rng = random.Random(seed)
+    samples = []
+    for g in range(groups):
+        topic = rng.sample(VOCAB, 3)
+        prompt = rng.choice(PROMPTS).format(*topic)
+        drawn = []
+        for _ in range(per_group):
+            used = rng.sample(topic, rng.randint(0, 3))
+            restates = rng.random() < 0.4
+            body = " ".join([sentence(rng, 6, OTHER)] + [f"The {w} is {rng.choice(OTHER)}." for w in used])
+            lead = rng.choice(("", "So: ", "You asked: ", "Well, "))  # in varied words, first or last
+            said = lead + (prompt[0].lower() + prompt[1:] if lead else prompt)
+            text = (rng.choice((f"{said} {body}", f"{body} {said}")) if restates else body)
+            shown = len(set(topic) & set(text.lower().replace(".", " ").split()))
+            drawn.append((text, pay_topic * shown + pay_echo * restates + rng.gauss(0, 0.3)))
+        for (text, score), a in zip(drawn, advantages([[sc for _, sc in drawn]])[0]):
+            samples.append(ViewSample(f"s{len(samples):04d}", g, text, score, advantage_sign(a),
+                                      contexts=[f"[user]\n{prompt}"]))
+    return ProposerView(step=5, samples=samples)
+
+
+def test_a_reward_that_pays_for_restating_the_prompt_is_named_and_one_that_pays_for_its_words_is_not(monkeypatch):
+    from dataclasses import replace
+
+    for seed in range(3):
+        c = propose(echo_view(seed, pay_echo=0.6, pay_topic=0.3)).accepted
+        assert c is not None and c.detector == "echo" and c.title == "Replies restate the prompt", seed
+        c = propose(echo_view(seed, pay_echo=0.0, pay_topic=0.5)).accepted
+        assert c is None or c.detector != "echo", (seed, c.title)
+    # on the plain reward (as the other detectors are tested), restating is "paid" for the prompt's words
+    monkeypatch.setitem(DETECTORS, "echo", replace(DETECTORS["echo"], relevance_held=False))
+    found = [propose(echo_view(seed, pay_echo=0.0, pay_topic=0.5)).accepted for seed in range(3)]
+    assert any(c is not None and c.detector == "echo" for c in found)

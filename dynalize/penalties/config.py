@@ -210,17 +210,21 @@ class LexicalConfig(_Section):
     (the closing word "side" on 13), True on 1; the paid closing sentence of the held-out `closer`
     kind was found on 13 of 14 runs either way. The effect tests (`min_effect`, weak evidence)
     do not hold it: they can only remove candidates."""
-    detectors: list[str] = ["repetition"]
+    detectors: list[str] = ["repetition", "echo"]
     """Named detectors (dynalize.penalties.detectors) to test beside word patterns: `repetition`,
-    `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the
+    `echo`, `off_topic`, `unfinished`, `doubled_word`, `unbalanced`, `run_on`, `shouting`. Each passes the
     same tests as a word (the permutation test at `fwer`, `min_effect`, coverage, explained-away,
     `drift_p_value`, revival) and becomes a penalty naming its detector, which every judge
-    decides locally (an LLM judge never sees it). `off_topic` reads the conversation each reply
-    answers (`penalties.judge.context` must stay true; the build refuses it otherwise). The default,
-    `repetition` alone: a degenerate loop (a sentence again and again, one token or one mark
-    repeated) is a hack no word pattern names (on the discovery benchmark, benchmarks/discovery.py,
-    the loops were found only through phrases that came with them, and missed in 2 of 6 runs,
-    without it); [] turns detectors off."""
+    decides locally (an LLM judge never sees it). `off_topic` and `echo` read the conversation each
+    reply answers (`penalties.judge.context` must stay true: the build refuses a list that names
+    them otherwise, and leaves them out of the default list). The default: `repetition`, a
+    degenerate loop (a sentence again and again, one token or one mark repeated) is a hack no
+    word pattern names (on the discovery benchmark, benchmarks/discovery.py, the loops were found
+    only through phrases that came with them, and missed in 2 of 6 runs, without it); `echo`
+    (issue 56: overlap with the prompt), a reply that restates what the user asked, which no
+    word pattern names either (the prompt's words differ from prompt to prompt), tested like
+    wording on the reward net of relevance (`Detector.relevance_held`: restating a prompt uses
+    its words, which a reward may pay for). [] turns detectors off."""
     explain_within: bool = True
     """The explained-away check also looks among the replies the active penalty matches: a pattern
     is explained away only when it shows no weak evidence on either side of the penalty (a

@@ -2,8 +2,9 @@
 
 A detector is a name, a one-line description and a Python predicate (reply, context) -> bool,
 where `context` is the transcript of the conversation the reply answers (judge.prompting.transcript,
-None when the judge is not shown it). Each looks at text in general (repetition, drift off the
-prompt's topic, unfinished or malformed sentences), never at a task's vocabulary, so the lexical
+None when the judge is not shown it). Each looks at text in general (repetition, a restated
+prompt, drift off the prompt's topic, unfinished or malformed sentences), never at a task's
+vocabulary, so the lexical
 proposer can test it on any run like a word pattern (LexicalConfig.detectors) and a penalty may
 name one (`Penalty.detector`) instead of carrying a regex. Every judge decides such a penalty with
 `judge_detectors` (in a worker thread; an LLM judge never sees it). All are deterministic and run
@@ -12,6 +13,7 @@ in time linear in the reply's length; their thresholds are the module constants 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from itertools import islice
@@ -39,6 +41,14 @@ OFF_TOPIC_MIN_WORDS = 5
 OFF_TOPIC_MAX_SHARED = 0.05
 """off_topic: triggered when at most this share of the reply's distinct content words (none, for
 a reply of fewer than 20) occur in the conversation it answers."""
+ECHO_SHARE = 0.5
+ECHO_WORDS = 12
+ECHO_MIN_WORDS = 3
+"""echo: the reply repeats, word for word (case and punctuation aside), a run of consecutive words
+of a user message of the conversation it answers that is at least ECHO_SHARE of that message, or
+ECHO_WORDS words of a longer one, and never fewer than ECHO_MIN_WORDS: a restatement of what was
+asked, not the few words an answer takes up from its question. Set before any run was scored
+with it."""
 CONTENT_WORD_CHARS = 3
 """A content word: a word of at least this many letters that is not a stop word (plural -s dropped)."""
 UNFINISHED_MIN_WORDS = 3
@@ -49,6 +59,7 @@ SHOUTING_MIN_LETTERS = 20
 SHOUTING_SHARE = 0.5
 """shouting: over at least SHOUTING_MIN_LETTERS letters, more than this share upper case."""
 
+_ROLE_LINE = regex.compile(r"(?m)^\[(\w+)\]\n")
 _SENTENCE_END = regex.compile(r"(?<=[.!?…])\s+|\n+")
 _CLOSERS = " \t\r\n\"'”’)]}*_`>"
 """What may follow a reply's last mark: space, closing quotes and brackets, markdown emphasis."""
@@ -117,6 +128,32 @@ def off_topic(reply: str, context: str | None = None) -> bool:
     return len(mine & theirs) <= OFF_TOPIC_MAX_SHARED * len(mine)
 
 
+def user_messages(context: str) -> list[str]:
+    """What the user said in a transcript (judge.prompting.transcript: each message under its
+    `[role]` line); the whole text when it has no role lines."""
+    parts = _ROLE_LINE.split(context)
+    if len(parts) == 1:
+        return [context]
+    return [parts[i + 1] for i in range(1, len(parts) - 1, 2) if parts[i] == "user"]
+
+
+def echo(reply: str, context: str | None = None) -> bool:
+    """The reply restates what the user said: a run of consecutive words of one of their messages,
+    half of it or `ECHO_WORDS` words (`ECHO_SHARE`)."""
+    if context is None:
+        raise ValueError("echo needs the conversation the reply answers (penalties.judge.context: true)")
+    mine = _words(reply)
+    for message in user_messages(context):
+        theirs = _words(message)
+        n = min(ECHO_WORDS, max(ECHO_MIN_WORDS, math.ceil(ECHO_SHARE * len(theirs))))
+        if len(theirs) < n or len(mine) < n:
+            continue
+        said = {tuple(theirs[i:i + n]) for i in range(len(theirs) - n + 1)}
+        if any(tuple(mine[i:i + n]) in said for i in range(len(mine) - n + 1)):
+            return True
+    return False
+
+
 def unfinished(reply: str, context: str | None = None) -> bool:
     """The reply's last sentence has no closing mark (. ! ? … : ;), or it stops inside a code block."""
     if len(list(islice(WORD.finditer(reply), UNFINISHED_MIN_WORDS))) < UNFINISHED_MIN_WORDS:
@@ -168,6 +205,10 @@ class Detector:
     description: str
     fn: Callable[[str, str | None], bool]
     needs_context: bool = False
+    relevance_held: bool = False
+    """Tested, as wording is, on the reward net of relevance (penalties.relevance): a reply that
+    takes the prompt up shows it more often, and a reward may pay for that (echo). The others keep
+    the plain reward (`off_topic` is relevance itself)."""
 
     def __call__(self, reply: str, context: str | None = None) -> bool:
         return bool(self.fn(reply, context))
@@ -179,6 +220,9 @@ DETECTORS: dict[str, Detector] = {d.name: d for d in (
     Detector("off_topic", "Replies drift off the conversation's topic",
              "The reply shares almost no content word with the conversation it answers.", off_topic,
              needs_context=True),
+    Detector("echo", "Replies restate the prompt",
+             "The reply repeats, word for word, half or more of what the user said (or a dozen words of it): it "
+             "restates the prompt.", echo, needs_context=True, relevance_held=True),
     Detector("unfinished", "Replies end mid-sentence",
              "The reply's last sentence has no closing punctuation: it stops mid-sentence.", unfinished),
     Detector("doubled_word", "Replies double a word",

@@ -37,7 +37,7 @@ from scipy import sparse
 from .config import LexicalConfig
 from .covariates import concave_fit, local_jumps, net_of_concave, net_of_smooth, orthogonal
 from .omnibus import Omnibus, finished, omnibus
-from .evidence import ONSET_WINDOW, fisher_p, length_statistics, paid_past
+from .evidence import ONSET_WINDOW, fisher_p, holds_relevance, length_statistics, paid_past
 from .families import family_feature, members, shows_any, split
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
@@ -148,9 +148,10 @@ class Tested:
 
 
 def _wording(candidates: list[Trial]) -> np.ndarray:
-    """Per candidate: whether it is wording (an n-gram, opener or closer), what relevance adjusts;
-    length limits and detectors keep the plain reward."""
-    return np.array([c.feature.kind not in ("length", "detector") for c in candidates], dtype=bool)
+    """Per candidate: whether it is wording (an n-gram, opener or closer, or a detector that holds
+    relevance), what relevance adjusts; length limits and the other detectors keep the plain reward."""
+    return np.array([c.feature.kind != "length" and holds_relevance(c.feature.kind, c.feature.key)
+                     for c in candidates], dtype=bool)
 
 
 def _seed(step: int, what: str) -> int:
@@ -168,10 +169,10 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     """The candidates that pass (strongest first), and the evidence the proposal had: the run's
     `proposal`-th, at its share of the run's error rate (`level`).
 
-    Every candidate but a detector (`off_topic` is relevance itself) is tested at equal
-    `relevance` when it is given (each sample's count of its prompt's vocabulary words:
-    penalties.relevance); length limits net of a concave curve in
-    length, the others net of a smooth one when `cfg.length_adjusted` (penalties.covariates)."""
+    Every candidate but a detector that keeps the plain reward (`off_topic` is relevance itself)
+    is tested at equal `relevance` when it is given (each sample's count of its prompt's
+    vocabulary words: penalties.relevance); length limits net of a concave curve in length, the
+    others net of a smooth one when `cfg.length_adjusted` (penalties.covariates)."""
     alpha = level(cfg, proposal) / (2 if reference else 1)
     groups = group_index([s.group for s in samples])
     y = np.array([s.score for s in samples], dtype=float)
@@ -203,7 +204,7 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     # under the concave null, length limits and their local jumps are made orthogonal to the fit's
     # active columns (covariates.orthogonal: Freedman-Lane), as their residuals are
     curve, active = concave_fit(y, groups, sizes, others) if concave and is_length.any() else (None, None)
-    held = ~np.array([c.feature.kind == "detector" for c in keep], dtype=bool)  # `off_topic` is relevance itself
+    held = np.array([holds_relevance(c.feature.kind, c.feature.key) for c in keep], dtype=bool)  # not `off_topic`
     fits = ((is_length, lambda: curve if concave else net_of_smooth(y, groups, None, others)),
             (smooth & held, lambda: net_of_smooth(y, groups, sizes, others)),
             (smooth & ~held, lambda: net_of_smooth(y, groups, sizes, [])),
@@ -283,7 +284,7 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
 
 
 def legitimate(samples: list[ViewSample], relevance: np.ndarray | None, cfg: LexicalConfig) -> list[np.ndarray]:
-    """The covariates other than length that every candidate but a detector is tested net of: the
+    """The covariates other than length that every candidate but a plain detector is tested net of: the
     count of its prompt's vocabulary words a reply uses (`relevance`, None: not adjusted) and
     whether it ends a sentence (`cfg.ending_adjusted`: a reply cut off mid-way is paid less by any
     reward, and the last words of finished replies travel with that pay)."""
@@ -392,11 +393,12 @@ def _across(keep: list[Trial], samples: list[ViewSample], reference: list[ViewSa
     sizes = np.array([size_of[s.id] for s in pool], dtype=float)
     others = legitimate(pool, r_pool, cfg)
     kinds = np.array([keep[i].feature.kind for i in which])
+    plain = np.array([not holds_relevance(keep[i].feature.kind, keep[i].feature.key) for i in which], dtype=bool)
     z, null = np.full(len(rows), np.nan), np.full((len(rows), cfg.permutations), np.nan)
     smooth = sizes if cfg.length_adjusted else None
     for mask, fit in ((kinds == "length", lambda: net_of_concave(y, steps, sizes, others)),
-                      ((kinds != "length") & (kinds != "detector"), lambda: net_of_smooth(y, steps, smooth, others)),
-                      (kinds == "detector", lambda: net_of_smooth(y, steps, smooth, []))):
+                      ((kinds != "length") & ~plain, lambda: net_of_smooth(y, steps, smooth, others)),
+                      (plain, lambda: net_of_smooth(y, steps, smooth, []))):
         if mask.any():
             z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], fit(), steps, perms)
     fam = step_down(z, null, alpha)

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .detectors import DETECTORS
 from .permutation import centred, group_index, within_permutations
 from .views import ViewSample
 
@@ -37,11 +38,18 @@ class Held(NamedTuple):
     relevance: dict[str, int] | None
 
 
-def net_of(kind: str) -> dict[str, bool]:
-    """`Effect`'s `adjust` and `wording` for a pattern of `kind`, as the permutation tests
-    (penalties.discovery) hold them: length for all but length limits (which the permutation tests
-    hold net of a concave curve in length), relevance for wording alone."""
-    return {"adjust": kind != "length", "wording": kind not in ("length", "detector")}
+def net_of(kind: str, key: str = "") -> dict[str, bool]:
+    """`Effect`'s `adjust` and `wording` for a pattern of `kind` (a detector: named `key`), as the
+    permutation tests (penalties.discovery) hold them: length for all but length limits (which the
+    permutation tests hold net of a concave curve in length), relevance for wording and the
+    detectors that hold it (`Detector.relevance_held`)."""
+    return {"adjust": kind != "length", "wording": kind != "length" and holds_relevance(kind, key)}
+
+
+def holds_relevance(kind: str, key: str = "") -> bool:
+    """Whether a pattern of `kind` (a detector: named `key`) is tested net of relevance: all but
+    the detectors that keep the plain reward (`Detector.relevance_held`)."""
+    return kind != "detector" or (key in DETECTORS and DETECTORS[key].relevance_held)
 
 
 class Effect:

@@ -225,7 +225,7 @@ class LexicalProposer:
         if evidence.unidentifiable:
             result.reject("not_identifiable", len(evidence.unidentifiable))
         worth = [t for t in passed if t.family == "across"
-                 or self.cfg.min_effect <= 0 or effect(t.shows, **net_of(t.feature.kind)) >= self.cfg.min_effect]
+                 or self.cfg.min_effect <= 0 or effect(t.shows, **net_of(t.feature.kind, t.feature.key)) >= self.cfg.min_effect]
         lengths = [t for t in worth if t.feature.kind == "length"]
         scored = [t for t in worth if t.feature.kind != "length"]
         if lengths:
@@ -333,7 +333,7 @@ class LexicalProposer:
         for trial, pen in back:
             f, shows = trial.feature, trial.shows
             samples = [s for s in pos if shows(s)]
-            if not samples or (self.cfg.min_effect > 0 and effect(shows, **net_of(f.kind)) < self.cfg.min_effect):
+            if not samples or (self.cfg.min_effect > 0 and effect(shows, **net_of(f.kind, f.key)) < self.cfg.min_effect):
                 continue
             if self._covered(f, samples, active, named):
                 continue
@@ -346,7 +346,7 @@ class LexicalProposer:
 
     def _weak_evidence(self, pos: list[ViewSample], neg: list[ViewSample], effect: Effect,
                        shows: Callable[[ViewSample], bool],
-                       kind: str, p_value: float | None = None) -> tuple[list[ViewSample], float, float, int] | None:
+                       feature: Feature, p_value: float | None = None) -> tuple[list[ViewSample], float, float, int] | None:
         """(positives showing it, p, q, groups) if a pattern passes the weak-evidence test (Fisher p at most
         `p_value`, default `weak_p_value`), else None."""
         if not pos or not neg:
@@ -357,16 +357,16 @@ class LexicalProposer:
         groups = len({prompt_group(s) for s in samples})
         if (groups < self.cfg.min_groups or p <= q
                 or fisher_p(len(samples), len(pos), n_neg, len(neg)) > (p_value or self.cfg.weak_p_value)
-                or (self.cfg.min_effect > 0 and effect(shows, **net_of(kind)) < self.cfg.min_effect)):
+                or (self.cfg.min_effect > 0 and effect(shows, **net_of(feature.kind, feature.key)) < self.cfg.min_effect)):
             return None
         return samples, p, q, groups
 
-    def _weak_in(self, samples: list[ViewSample], shows: Callable[[ViewSample], bool], held: Held, kind: str,
+    def _weak_in(self, samples: list[ViewSample], shows: Callable[[ViewSample], bool], held: Held, feature: Feature,
                  p_value: float | None = None) -> bool:
         """Whether a pattern shows weak evidence among `samples` alone (a stratum of the view)."""
         stratum = ProposerView(0, samples)
         return self._weak_evidence(stratum.positives(), stratum.negatives(), Effect(samples, *held), shows,
-                                   kind, p_value) is not None
+                                   feature, p_value) is not None
 
     def _broader(self, f: Feature, own: Shows, features: dict[str, Feature], view: ProposerView,
                  detections: _Detections, held: Held) -> list[Shows]:
@@ -382,7 +382,7 @@ class LexicalProposer:
         out = []
         for g in contained:
             shows = self._shows_of(g, detections)
-            if self._weak_evidence(pos, neg, effect, shows, g.kind) is not None:
+            if self._weak_evidence(pos, neg, effect, shows, g) is not None:
                 out.append(shows)
         return out
 
@@ -405,7 +405,7 @@ class LexicalProposer:
             doses = range(DOSE_LEVELS + 1) if self.cfg.explain_within else (0,)
             strata = [st for st in ([s for s in view.samples if level[s.id] == d] for d in doses) if any(map(own, st))]
             p_value = self.cfg.weak_p_value / max(1, len(strata))  # evidence in any: at weak_p_value over them all
-            if not any(self._weak_in(st, own, held, f.kind, p_value) for st in strata):
+            if not any(self._weak_in(st, own, held, f, p_value) for st in strata):
                 return True
         return False
 
