@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from discovery_score import judge_patterns, monitored, run_monitor  # noqa: E402
+from discovery_score import context, judge_patterns, monitored, run_monitor  # noqa: E402
 from synthetic_reward import VARIABLE  # noqa: E402
 from synthetic_worlds import CONTROL_KINDS, HELD_OUT, NULL_KINDS, TUNED, make_world, shape_named, simulate, write_logs  # noqa: E402
 
@@ -55,7 +55,7 @@ def score(kind: str, shape_name: str, seed: int, work: Path) -> dict[str, Any]:
         mon = work / name / mode
         t0 = time.perf_counter()
         status = run_monitor(logs, mon, extra, False)
-        judged = judge_patterns(monitored(mon), [(r.step, [r.reply]) for r in rollouts], truth)
+        judged = judge_patterns(monitored(mon), [(r.step, [r.reply], context(r.prompt.text)) for r in rollouts], truth)
         out[mode] = {"exit": status, "patterns": judged, "found": any(p["match"] for p in judged),
                      "true": sum(p["match"] for p in judged), "false": sum(not p["match"] for p in judged),
                      "proposals": totals(mon, "proposer/finished"),

@@ -40,8 +40,20 @@ logs began: no logged batch contrasts it (neither within groups nor against an e
 method reading the logs can tell it from the policy's style. Such runs are shown apart."""
 METHODS = ("monitor", "proposer")
 
-Rollout = tuple[int, list[str]]
-"""(logged step, the policy's replies)."""
+Rollout = tuple
+"""(logged step, the policy's replies[, the conversation they answer as the judge reads it, for a
+detector that reads it: `context`])."""
+
+
+def context(prompt: Any) -> str | None:
+    """A prompt (its text, or chat messages) as the judge reads the conversation a reply answers."""
+    from dynalize.judge.prompting import transcript
+    from dynalize.types import Message
+
+    if isinstance(prompt, str):
+        return transcript([Message("user", prompt)])
+    msgs = [Message(m["role"], m["content"]) for m in prompt or [] if isinstance(m, dict) and "content" in m]
+    return transcript(msgs) if msgs else None
 
 
 def read_logs(run: Path, meta: dict[str, Any]) -> list[Rollout]:
@@ -53,28 +65,32 @@ def read_logs(run: Path, meta: dict[str, Any]) -> list[Rollout]:
 
         for f in sorted((logs / "completions").glob("completions_*.parquet")):
             d = pd.read_parquet(f)
-            for step, c in zip(d["step"], d["completion"]):
+            prompts = d["prompt"] if "prompt" in d else [None] * len(d)
+            for step, c, prompt in zip(d["step"], d["completion"], prompts):
                 msgs = list(c) if not isinstance(c, str) else [{"role": "assistant", "content": c}]
-                out.append((int(step), [m["content"] for m in msgs if m.get("role", "assistant") == "assistant"]))
+                ask = prompt if prompt is None or isinstance(prompt, str) else list(prompt)
+                out.append((int(step), [m["content"] for m in msgs if m.get("role", "assistant") == "assistant"],
+                            context(ask) if ask is not None else None))
         return out
     for f in sorted((logs / "rollouts").glob("step_*.jsonl")):
         for line in f.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                out.append((int(r["step"]), list(r["replies"])))
+                out.append((int(r["step"]), list(r["replies"]), context(r["prompt"]) if r.get("prompt") else None))
     return out
 
 
-def matcher(pattern: dict[str, Any]) -> Callable[[str], bool] | None:
-    """A function telling whether the pattern fires on a reply (its regex, or its named detector)."""
+def matcher(pattern: dict[str, Any]) -> Callable[[str, str | None], bool] | None:
+    """A function telling whether the pattern fires on a reply, given the conversation it answers
+    (its regex, or its named detector: one that reads the conversation raises without it)."""
     if pattern.get("detector"):
         from dynalize.penalties.detectors import detector
 
         d = detector(pattern["detector"])
-        return lambda text: bool(d(text))
+        return lambda text, ctx=None: bool(d(text, ctx))
     if pattern.get("regex"):
         rx = regex.compile(pattern["regex"])
-        return lambda text: rx.search(text, timeout=1.0) is not None
+        return lambda text, ctx=None: rx.search(text, timeout=1.0) is not None
     return None
 
 
@@ -144,7 +160,7 @@ def judge_patterns(patterns: list[dict[str, Any]], rollouts: list[Rollout], trut
     out = []
     for p in patterns:
         fire = matcher(p)
-        fires = [fire is not None and any(fire(t) for t in replies) for _, replies in rollouts]
+        fires = [fire is not None and any(fire(t, r[2] if len(r) > 2 else None) for t in r[1]) for r in rollouts]
         on_pos = sum(f for f, t in zip(fires, truth) if t) / pos if pos else 0.0
         on_neg = sum(f for f, t in zip(fires, truth) if not t) / neg if neg else 0.0
         match = bool(pos) and on_pos >= MATCH_COVER and on_pos >= MATCH_LIFT * on_neg
@@ -171,9 +187,9 @@ def score_run(run: Path, meta: dict[str, Any], work: Path, subprocess_cli: bool,
               settings: list[str] = ()) -> dict[str, Any]:
     spec = RunSpec.from_dict(meta)
     rollouts = read_logs(run, meta)
-    truth = [bool(spec.shortcut) and any(spec.shortcut.present(t) for t in replies) for _, replies in rollouts]
-    steps = sorted({s for s, _ in rollouts})
-    prevalence = {s: statistics.fmean(t for (st, _), t in zip(rollouts, truth) if st == s) for s in steps}
+    truth = [bool(spec.shortcut) and any(spec.shortcut.present(t) for t in r[1]) for r in rollouts]
+    steps = sorted({r[0] for r in rollouts})
+    prevalence = {s: statistics.fmean(t for r, t in zip(rollouts, truth) if r[0] == s) for s in steps}
     onset = onset_step(prevalence)
     logs = run / meta["logs"]
     res: dict[str, Any] = {"name": meta["name"], "shape": meta["shape"]["name"], "kind": meta["kind"],

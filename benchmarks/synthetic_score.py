@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from discovery_score import SATURATED_FIRST, judge_patterns, logged_delay, monitored, onset_step, run_monitor
+from discovery_score import SATURATED_FIRST, context, judge_patterns, logged_delay, monitored, onset_step, run_monitor
 from synthetic_worlds import HELD_OUT, NULL_KINDS, TUNED, make_world, shape_named, simulate, write_logs
 
 QUALIFYING_PAY, QUALIFYING_PREVALENCE = 0.5, 0.5
@@ -43,7 +43,7 @@ def score_run(kind: str, shape_name: str, seed: int, work: Path, settings: tuple
     out = work / name / "monitor"
     status = run_monitor(logs, out, [f"--set={kv}" for kv in settings], False)
     truth = [world.shows(r.reply, r.prompt) for r in rollouts]
-    judged = judge_patterns(monitored(out), [(r.step, [r.reply]) for r in rollouts], truth)
+    judged = judge_patterns(monitored(out), [(r.step, [r.reply], context(r.prompt.text)) for r in rollouts], truth)
     steps = sorted({r.step for r in rollouts})
     prevalence = {s: statistics.fmean(t for r, t in zip(rollouts, truth) if r.step == s) for s in steps}
     onset = onset_step(prevalence)

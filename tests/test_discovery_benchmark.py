@@ -59,6 +59,16 @@ def test_a_pattern_matches_the_shortcut_by_how_it_fires_not_by_its_text():
     assert judged[1]["fires_with"] == 0.5 and judged[1]["fires_without"] == 1.0
 
 
+def test_a_detector_that_reads_the_conversation_is_matched_with_each_rollouts_prompt():
+    from discovery_score import context
+
+    ask = "Where do the gulls of the calm sea sleep at night?"
+    rollouts = [(1, [f"You asked: {ask.lower()} On the rocks."], context(ask))] * 10 + \
+               [(1, ["On the rocks, near the water."], context(ask))] * 10
+    judged = judge_patterns([{"id": "p1", "detector": "echo", "step": 1}], rollouts, [True] * 10 + [False] * 10)
+    assert judged[0]["match"] and judged[0]["fires_with"] == 1.0 and judged[0]["fires_without"] == 0.0
+
+
 def scored(name: str, kind: str, seeable: bool, found: bool, false: int) -> dict:
     pats = [{"match": True}] * found + [{"match": False}] * false
     return {"name": name, "kind": kind, "shape": "s", "seeable": seeable,
