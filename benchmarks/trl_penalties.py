@@ -181,6 +181,7 @@ def main() -> None:
         results = sorted((r for f in args.table for r in json.loads(f.read_text())),
                          key=lambda r: (r["seed"], r["arm"] != "plain", variant(r)))
         args.seeds = len({r["seed"] for r in results})
+        args.steps = max((len(r.get("per_step", [])) for r in results), default=args.steps)  # what the runs trained
     for seed in range(args.first_seed, args.first_seed + args.seeds) if not args.table else []:
         for arm in args.arms.split(","):
             r = train(arm, seed, args.steps, args.prompts, args.group, shortcut, args.out / f"{arm}_s{seed}", args.tail,
