@@ -44,8 +44,7 @@ class LexicalConfig(_Section):
     covariates in a shape the fits do not hold (with the defaults, any pay for length: length
     limits and wording are then tested on the reward net of relevance alone, and a pay for not
     being short is kept out of length limits only by the location rules; relevance beyond a
-    curve in the count that steps at its lowest values and is linear past them,
-    covariates.relevance_levels), the tail fit of a late proposal (permutation.MaxTail, an approximation where
+    linear count), the tail fit of a late proposal (permutation.MaxTail, an approximation where
     the permutations cannot count), and patterns an LLM proposer raises. What the permutations
     account for: sample size, group count, candidate frequency and the number of candidates."""
     fwer_scope: Literal["run", "proposal"] = "run"
@@ -190,8 +189,7 @@ class LexicalConfig(_Section):
     """Wording (n-grams, openers, closers) is tested at equal relevance: the reward net of what the
     number of its prompt's vocabulary words a reply uses explains (penalties.relevance: the words
     the replies to that prompt use far more than other prompts' replies; a least-squares fit within
-    groups on a curve in that count, penalties.covariates.relevance_levels, beside word count when
-    `length_adjusted`), in the permutation tests of both families
+    groups, beside word count when `length_adjusted`), in the permutation tests of both families
     and in the effect tests (`min_effect`, weak evidence); length limits too in the permutation
     tests (issue 55). Detectors keep the plain reward (`off_topic` is relevance itself).
     A reward model pays for taking the prompt up; a template sentence that carries the topic's
