@@ -178,29 +178,3 @@ def test_a_reward_that_pays_for_a_finished_reply_raises_no_penalty_for_its_closi
     # a closing word paid for itself, against the other finished replies, is still found
     hacks = [propose(one_step(ending(paid_closer=0.6), seed, groups=32))[0] for seed in range(3)]
     assert sum(c is not None and "side" in c.regex for c in hacks) >= 2, [c and c.title for c in hacks]
-
-
-def saturating_coverage(rng: random.Random, g: int) -> tuple[str, float]:
-    """A reply using 0-5 of its topic's words among ordinary ones; the reward pays 1.5 for using
-    any (a saturating pay for taking the prompt up). The word "indeed" comes with replies that use
-    one or two (70 %, against 10 % otherwise): unpaid, but where a straight line in the count
-    under-predicts the pay."""
-    topic = TOPICS[g % len(TOPICS)]
-    k = rng.randint(0, 5)
-    words = rng.sample(topic, k) + [rng.choice(WORDS) for _ in range(rng.randint(8, 20))]
-    if rng.random() < (0.7 if k in (1, 2) else 0.1):
-        words.append("indeed")
-    rng.shuffle(words)
-    return " ".join(words) + ".", 1.5 * min(len(set(words) & set(topic)), 1) + rng.gauss(0, 0.3)
-
-
-def test_a_reward_that_pays_for_the_first_few_of_the_prompts_words_is_held_on_its_own_curve(monkeypatch):
-    import dynalize.penalties.covariates as covariates
-
-    # the permutation tests alone (min_effect 0: what the error rate is about)
-    found = [propose(one_step(saturating_coverage, seed), length_null="plain", min_effect=0)[0] for seed in range(3)]
-    assert found == [None] * 3, [c.title for c in found if c]
-    # held on a straight line in the count (before): the word that comes with one or two is "paid"
-    monkeypatch.setattr(covariates, "RELEVANCE_LEVELS", 0)
-    found = [propose(one_step(saturating_coverage, seed), length_null="plain", min_effect=0)[0] for seed in range(3)]
-    assert sum(c is not None and "indeed" in c.title for c in found) >= 2, [c and c.title for c in found]

@@ -10,8 +10,6 @@ permutations shuffle within groups):
 
 - wording and detectors: net of a piecewise-linear spline in reply length (`KNOTS` hinges at
   quantiles of the lengths; any smooth curve, rising or falling) and of relevance;
-- relevance: the count and steps at its lowest values (`relevance_levels`), so a reward that pays
-  for the first few of the prompt's words and no more is held on its own curve;
 - "longer than L words": net of a *concave* function of length (the same hinges, their slopes
   only allowed to fall: what pays for not being short and saturates, or turns down past some
   length) and of relevance. A step past L or a ramp that starts past L bends the pay upwards,
@@ -33,14 +31,6 @@ PER_KNOT = 40
 """Samples per hinge: a small view (4 x 8) fits a straight line, so the covariates do not eat the
 few contrasts its groups hold."""
 
-RELEVANCE_LEVELS = 6
-"""Steps of the pay for relevance at most: beside the count itself, 1[count >= v] at its lowest
-distinct values (`relevance_levels`), so a reward that pays for the prompt's words on any curve of
-their count (saturating: the first few words pay, more do not) is held, not only a straight line."""
-
-PER_LEVEL = 40
-"""Samples per step of the relevance curve: a small view fits a straight line in the count."""
-
 WINDOW = 10
 """Words on each side of a limit L that its local jump compares: (L - W, L] against (L, L + W]."""
 
@@ -55,16 +45,6 @@ def hinges(length: np.ndarray, knots: int | None = None) -> np.ndarray:
     at = np.unique(np.quantile(w, np.linspace(0, 1, knots + 2)[1:-1]))
     at = at[(at > w.min()) & (at < w.max())]
     return np.maximum(w[:, None] - at[None, :], 0.0)
-
-
-def relevance_levels(count: np.ndarray, levels: int | None = None) -> list[np.ndarray]:
-    """The count of a prompt's vocabulary words each reply uses as columns a fit holds: the count
-    and 1[count >= v] for its 2nd, 3rd, ... distinct values (`levels` of them; default one per
-    `PER_LEVEL` samples, at most `RELEVANCE_LEVELS`): any function of the count up to there,
-    linear past it."""
-    c = np.asarray(count, dtype=float)
-    levels = min(RELEVANCE_LEVELS, len(c) // PER_LEVEL) if levels is None else levels
-    return [c, *((c >= v).astype(float) for v in np.unique(c)[1:1 + max(levels, 0)])]
 
 
 def net_of_smooth(y: np.ndarray, groups: np.ndarray, length: np.ndarray | None,

@@ -35,7 +35,7 @@ import numpy as np
 from scipy import sparse
 
 from .config import LexicalConfig
-from .covariates import concave_fit, local_jumps, net_of_concave, net_of_smooth, orthogonal, relevance_levels
+from .covariates import concave_fit, local_jumps, net_of_concave, net_of_smooth, orthogonal
 from .omnibus import Omnibus, finished, omnibus
 from .evidence import ONSET_WINDOW, fisher_p, holds_relevance, length_statistics, paid_past
 from .families import family_feature, members, shows_any, split
@@ -289,7 +289,7 @@ def legitimate(samples: list[ViewSample], relevance: np.ndarray | None, cfg: Lex
     whether it ends a sentence (`cfg.ending_adjusted`: a reply cut off mid-way is paid less by any
     reward, and the last words of finished replies travel with that pay)."""
     ended = [np.array([finished(s.text) for s in samples], dtype=float)] if cfg.ending_adjusted else []
-    return ([] if relevance is None else relevance_levels(relevance)) + ended
+    return ([] if relevance is None else [relevance]) + ended
 
 
 def _families(keep: list[Trial], x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
