@@ -134,8 +134,8 @@ def _members(pattern: str) -> tuple[Form, ...] | None:
     member's leading `(?i)` made local as `(?i:...)`), or None when `pattern` is not one whose every
     member is an editable kind."""
     parts = _alternatives(pattern)
-    if len(parts) < 2 or not all(p.startswith("(?:") and p.endswith(")") and len(_alternatives(p[3:-1])) == 1
-                                 for p in parts):
+    if len(parts) < 2 or not all(p.startswith("(?:") and p.endswith(")")
+                                 and len(_alternatives(p[3:-1])) == 1 for p in parts):
         return None
     inner = [p[3:-1] for p in parts]
     regexes = [f"(?i){p[4:-1]}" if p.startswith("(?i:") and p.endswith(")") and len(_alternatives(p[4:-1])) == 1
@@ -184,8 +184,8 @@ its own prompt (a topic noun) earns nothing elsewhere."""
 
 
 def carrier_sentence(form: Form, text: str) -> str | None:
-    """The sentence of `text` that shows the pattern (the last such for `last_word`, else the
-    first), or None (a match across sentences)."""
+    """The sentence of `text` that shows the pattern (the last such for `last_word` or a family of
+    closers, else the first), or None (a match across sentences)."""
     found = [m.group().strip() for m in _SENTENCE.finditer(text) if m.group().strip() and shows(form, m.group().strip())]
     return (found[-1] if _closing(form) else found[0]) if found else None
 

@@ -224,8 +224,8 @@ class LexicalProposer:
             result.unnamed = evidence.unnamed.carriers
         if evidence.unidentifiable:
             result.reject("not_identifiable", len(evidence.unidentifiable))
-        worth = [t for t in passed if t.family == "across"
-                 or self.cfg.min_effect <= 0 or effect(t.shows, **net_of(t.feature.kind, t.feature.key)) >= self.cfg.min_effect]
+        worth = [t for t in passed if t.family == "across" or self.cfg.min_effect <= 0
+                 or effect(t.shows, **net_of(t.feature.kind, t.feature.key)) >= self.cfg.min_effect]
         lengths = [t for t in worth if t.feature.kind == "length"]
         scored = [t for t in worth if t.feature.kind != "length"]
         if lengths:
@@ -333,7 +333,8 @@ class LexicalProposer:
         for trial, pen in back:
             f, shows = trial.feature, trial.shows
             samples = [s for s in pos if shows(s)]
-            if not samples or (self.cfg.min_effect > 0 and effect(shows, **net_of(f.kind, f.key)) < self.cfg.min_effect):
+            if not samples or (self.cfg.min_effect > 0
+                               and effect(shows, **net_of(f.kind, f.key)) < self.cfg.min_effect):
                 continue
             if self._covered(f, samples, active, named):
                 continue
@@ -357,7 +358,8 @@ class LexicalProposer:
         groups = len({prompt_group(s) for s in samples})
         if (groups < self.cfg.min_groups or p <= q
                 or fisher_p(len(samples), len(pos), n_neg, len(neg)) > (p_value or self.cfg.weak_p_value)
-                or (self.cfg.min_effect > 0 and effect(shows, **net_of(feature.kind, feature.key)) < self.cfg.min_effect)):
+                or (self.cfg.min_effect > 0
+                    and effect(shows, **net_of(feature.kind, feature.key)) < self.cfg.min_effect)):
             return None
         return samples, p, q, groups
 
