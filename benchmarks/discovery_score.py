@@ -40,18 +40,19 @@ logs began: no logged batch contrasts it (neither within groups nor against an e
 method reading the logs can tell it from the policy's style. Such runs are shown apart."""
 METHODS = ("monitor", "proposer")
 
-Rollout = tuple
+Rollout = tuple[int, list[str]] | tuple[int, list[str], str | None]
 """(logged step, the policy's replies[, the conversation they answer as the judge reads it, for a
 detector that reads it: `context`])."""
 
 
 def context(prompt: Any) -> str | None:
-    """A prompt (its text, or chat messages) as the judge reads the conversation a reply answers."""
+    """A prompt (its text, or chat messages) as the judge reads the conversation a reply answers;
+    None without one."""
     from dynalize.judge.prompting import transcript
     from dynalize.types import Message
 
     if isinstance(prompt, str):
-        return transcript([Message("user", prompt)])
+        return transcript([Message("user", prompt)]) if prompt else None
     msgs = [Message(m["role"], m["content"]) for m in prompt or [] if isinstance(m, dict) and "content" in m]
     return transcript(msgs) if msgs else None
 
@@ -68,15 +69,15 @@ def read_logs(run: Path, meta: dict[str, Any]) -> list[Rollout]:
             prompts = d["prompt"] if "prompt" in d else [None] * len(d)
             for step, c, prompt in zip(d["step"], d["completion"], prompts):
                 msgs = list(c) if not isinstance(c, str) else [{"role": "assistant", "content": c}]
-                ask = prompt if prompt is None or isinstance(prompt, str) else list(prompt)
+                ask = prompt if prompt is None or isinstance(prompt, str) else list(prompt)  # parquet: an array
                 out.append((int(step), [m["content"] for m in msgs if m.get("role", "assistant") == "assistant"],
-                            context(ask) if ask is not None else None))
+                            context(ask)))
         return out
     for f in sorted((logs / "rollouts").glob("step_*.jsonl")):
         for line in f.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                out.append((int(r["step"]), list(r["replies"]), context(r["prompt"]) if r.get("prompt") else None))
+                out.append((int(r["step"]), list(r["replies"]), context(r.get("prompt"))))
     return out
 
 

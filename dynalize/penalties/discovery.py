@@ -392,13 +392,13 @@ def _across(keep: list[Trial], samples: list[ViewSample], reference: list[ViewSa
     x = indicator(rows, len(pool))
     sizes = np.array([size_of[s.id] for s in pool], dtype=float)
     others = legitimate(pool, r_pool, cfg)
-    kinds = np.array([keep[i].feature.kind for i in which])
-    plain = np.array([not holds_relevance(keep[i].feature.kind, keep[i].feature.key) for i in which], dtype=bool)
+    is_length = np.array([keep[i].feature.kind == "length" for i in which], dtype=bool)
+    wording = _wording([keep[i] for i in which])
     z, null = np.full(len(rows), np.nan), np.full((len(rows), cfg.permutations), np.nan)
     smooth = sizes if cfg.length_adjusted else None
-    for mask, fit in ((kinds == "length", lambda: net_of_concave(y, steps, sizes, others)),
-                      ((kinds != "length") & ~plain, lambda: net_of_smooth(y, steps, smooth, others)),
-                      (plain, lambda: net_of_smooth(y, steps, smooth, []))):
+    for mask, fit in ((is_length, lambda: net_of_concave(y, steps, sizes, others)),
+                      (wording, lambda: net_of_smooth(y, steps, smooth, others)),
+                      (~is_length & ~wording, lambda: net_of_smooth(y, steps, smooth, []))):
         if mask.any():
             z[mask], null[mask] = standardised(x[np.flatnonzero(mask)], fit(), steps, perms)
     fam = step_down(z, null, alpha)
