@@ -123,10 +123,7 @@ def test_a_co_traveller_is_passed_over_for_the_pattern_the_reward_pays_for():
     result = anyio.run(proposer.propose, view())
     assert result.accepted.regex == opener_candidate().regex
     assert result.accepted.confirmation["state"] == CONFIRMED
-    bar = result.co_travellers[0]["confirmation"]
-    with_control = bar["deletions"] + bar["insertions"]
-    # the opener: 32 edits each way and their replies; the bar: each edit with a control, 3 replies
-    assert result.rejected == {"co_traveller": 1} and result.reward_calls == 128 + 3 * with_control
+    assert result.rejected == {"co_traveller": 1} and result.reward_calls == 256
 
 
 def test_a_failing_reward_fails_the_proposal_and_says_why_in_one_line():
@@ -166,58 +163,3 @@ def test_the_run_summary_says_what_the_reward_pays_for_each_confirmed_penalty(tm
     assert confirmation_rows(cfg) == [
         ("penalty p001: Opens with praise", "step 6", confirmation_text(paid)),
         ("penalty p002: Says look", "step 9", "not confirmed: correlational only (the reward could not be called)")]
-
-
-def varied_lengths(n: int = 96, seed: int = 0) -> ProposerView:
-    """Replies of 3 to 16 sentences (about 8 to 70 words) on 24 prompts."""
-    rng = random.Random(seed)
-    samples = []
-    for i in range(n):
-        text = " ".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 5))).capitalize() + "."
-                        for _ in range(rng.randint(2, 16)))
-        samples.append(ViewSample(f"s{i:03d}", i // 4, text, 0.0, "+" if i % 2 else "-",
-                                  contexts=[f"[user]\nprompt {i // 4}"]))
-    return ProposerView(step=5, samples=samples)
-
-
-def by_length(pay):
-    """A reward paying `pay(words)` for a reply's length alone, with noise."""
-    return lambda prompts, completions: [pay(len(c.split())) + noise(p, c) for p, c in zip(prompts, completions)]
-
-
-def saturating(words: int) -> float:
-    return 2.0 * (1.0 - 2.718281828 ** (-words / 15))
-
-
-@pytest.mark.parametrize("limit", [10, 20, 30])
-def test_a_length_bar_on_a_reward_that_pays_for_not_being_short_is_not_confirmed(limit):
-    # issue 55's length null: padding earns, but no more past the bar than before it (before this
-    # control, "longer than 10 words" was confirmed on the calibration suite's length null)
-    c = Witness(by_length(saturating)).check(Candidate("long", "d", regex=length_feature(limit).regex),
-                                             varied_lengths(), alpha=0.01)
-    assert c.state == REJECTED, c.to_dict()
-    assert c.deletions + c.insertions >= 24, c.to_dict()
-
-
-@pytest.mark.parametrize("extra", [lambda w: 0.8 * (w > 30), lambda w: 0.08 * max(0, w - 30)],
-                         ids=["step", "ramp"])
-def test_a_length_bar_the_reward_pays_for_beside_that_curve_is_confirmed(extra):
-    c = Witness(by_length(lambda w: saturating(w) + extra(w))).check(
-        Candidate("long", "d", regex=length_feature(30).regex), varied_lengths(), alpha=0.01)
-    assert c.state == CONFIRMED, c.to_dict()
-
-
-def test_a_length_control_stops_short_of_the_bar_on_either_side():
-    from dynalize.penalties.edits import delete, form_of, insert, length_control, words_in
-    form = form_of(length_feature(20).regex)
-    short = "Cats sleep near warm stoves. They wake at dawn."
-    padded = insert(form, short)
-    control = length_control(form, short, padded)
-    assert words_in(short) < words_in(control) <= 20 < words_in(padded) and control.startswith(short)
-    long = " ".join(["Cats sleep near warm stoves and wake at dawn."] * 4)  # 36 words
-    trimmed = delete(form, long)
-    control = length_control(form, long, trimmed)
-    assert words_in(control) <= 10 < words_in(trimmed) <= 20  # 16 past the bar: 16 below it, or half of it
-    assert length_control(form, "Cats sleep.", insert(form, "Cats sleep.")) is not None
-    assert length_control(form_of(length_feature(3).regex), "Cats sleep near.", insert(form_of(
-        length_feature(3).regex), "Cats sleep near.")) is None  # no padding sentence fits under 3 words

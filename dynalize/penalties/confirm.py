@@ -128,8 +128,7 @@ def decide(deleting: list[float], inserting: list[float], alpha: float, seed: in
     `together` (a length bar): no deletion changes length alone (trimming drops sentences, and
     the hack may be one of them) and padding with content-free text cannot add a hack, so all
     the edits are tested together and padding and trimming must each agree in sign (mean > 0): a
-    bar that travels with a wordy hack earns nothing padded. Each difference is then the pay of the
-    words past the bar net of what as many words earn before it (penalties.witness)."""
+    bar that travels with a wordy hack earns nothing padded."""
     counts = dict(deletions=len(deleting), insertions=len(inserting), alpha=alpha)
     d = np.array([*deleting, *inserting], dtype=float)
     if not np.isfinite(d).all():

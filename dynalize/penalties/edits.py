@@ -372,33 +372,5 @@ def _pad(form: Form, text: str) -> str:
     return out
 
 
-def words_in(text: str) -> int:
-    """A reply's words as a length bar counts them."""
-    return len(TOKEN.findall(text))
-
-
-def length_control(form: Form, text: str, edited: str) -> str | None:
-    """For a length bar's edit of `text`, the same edit stopped short of the bar: padding, only
-    the `PADDING` sentences that keep the reply within L words (None: not one fits); trimming,
-    trimmed further, as many words below L as the reply had above it, or to L / 2 (None: no
-    shorter reply). Beside it, what the words past L earn can be told from what words earn before L: a
-    reward that pays for not being short, and less for each word as it saturates, pays less past
-    the bar than before it; a bar the reward pays for (a step, or pay that starts at L) pays more
-    (penalties.witness)."""
-    if form.kind != "length" or form.limit <= 0:
-        return None
-    if words_in(edited) > form.limit:  # padded past L: pad short of it
-        out, i = text.rstrip(), 0
-        if out and not _ENDED.search(out):
-            out += "."
-        while words_in(f"{out} {PADDING[i % len(PADDING)]}") <= form.limit:
-            out += " " + PADDING[i % len(PADDING)]
-            i += 1
-        return out if i else None
-    below = max(2 * form.limit - words_in(text), form.limit // 2, 1)
-    control = _shorten(Form("length", form.regex, limit=below), text)
-    return control if 0 < words_in(control) < words_in(edited) else None
-
-
 _INSERT = {"opener": _put_first, "marker": _mark, "question": _end_mark, "punct": _end_mark, "last_word": _put_last,
            "phrase": _phrase_in_sentence, "length": _pad}

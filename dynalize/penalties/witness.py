@@ -41,8 +41,8 @@ import anyio
 
 from .candidate import Candidate, ProposalResult, Proposer
 from .confirm import NOT_CONFIRMABLE, REJECTED, Confirmation, decide
-from .edits import (TEXT_KINDS, Form, bare_transplant, carrier_sentence, delete, form_of, insert, length_control,
-                    opens_replies, shows, transplant, words_in)
+from .edits import (TEXT_KINDS, bare_transplant, carrier_sentence, delete, form_of, insert, opens_replies, shows,
+                    transplant)
 
 if TYPE_CHECKING:
     from .views import ProposerView
@@ -131,11 +131,6 @@ class Witness:
             c = Confirmation(NOT_CONFIRMABLE, f"the reward cannot rebuild the view's {unknown} replies (their rollouts "
                              f"are no longer kept)" if unknown and not showing and not lacking
                              else "no reply of the view could be edited")
-        elif form.kind == "length":
-            try:
-                c = self._length_bar(form, deleted, inserted, alpha, seed)
-            except NotScorable as e:
-                c = Confirmation(NOT_CONFIRMABLE, str(e))
         else:
             prompts = [p for p, _, _ in pairs] * 2
             originals = [o for _, o, _ in pairs]
@@ -150,40 +145,11 @@ class Witness:
                 original, edited = scores[:len(pairs)], scores[len(pairs):]
                 diffs = [a - b for a, b in zip(original, edited)]
                 k = len(deleted)
-                c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed)
+                c = decide(diffs[:k], [-x for x in diffs[k:]], alpha, seed,
+                           rule="together" if form.kind == "length" else "each")
                 c.reward_calls = getattr(self.reward, "last_scored", len(prompts))  # a run's reward reuses some
                 c.extra["bare_controls"] = sum(b != o for b, o in zip(bases, originals))
         c.seconds = time.perf_counter() - t0
-        return c
-
-    def _length_bar(self, form: Form, deleted: list[tuple[str, str, str]], inserted: list[tuple[str, str, str]],
-                    alpha: float, seed: int) -> Confirmation:
-        """A length bar's decision: each edit beside its control (edits.length_control), the same
-        reply at three lengths, lo < mid <= L < hi words (padded: the reply, its control, the edit;
-        trimmed: the control, the edit, the reply). What the words past L earn, net of what as many
-        words earn at the rate between lo and mid, is the bar's pay: a reward that pays for not
-        being short pays no more past L than before it, however long it pays (a concave curve:
-        issue 55's null for length limits); a step at L, or pay that starts there, does. An edit
-        without a control is left out (counted)."""
-        triples = []  # (side, prompt, lo, mid, hi)
-        for side, edits in (("deleting", deleted), ("inserting", inserted)):
-            for p, o, e in edits:
-                if (control := length_control(form, o, e)) is not None:
-                    triples.append((side, p, *((o, control, e) if side == "inserting" else (control, e, o))))
-        if not triples:
-            return Confirmation(NOT_CONFIRMABLE, f"none of the bar's {len(deleted) + len(inserted)} edits has a "
-                                f"control short of it")
-        prompts = [t[1] for t in triples for _ in range(3)]
-        originals = [t[2] if t[0] == "inserting" else t[4] for t in triples for _ in range(3)]
-        scores = self._score(prompts, [x for t in triples for x in t[2:]], originals)
-        pay: dict[str, list[float]] = {"deleting": [], "inserting": []}
-        for i, (side, _, lo, mid, hi) in enumerate(triples):
-            r_lo, r_mid, r_hi = scores[3 * i:3 * i + 3]
-            w_lo, w_mid, w_hi = words_in(lo), words_in(mid), words_in(hi)
-            pay[side].append((r_hi - r_mid) - (w_hi - w_mid) * (r_mid - r_lo) / (w_mid - w_lo))
-        c = decide(pay["deleting"], pay["inserting"], alpha, seed, rule="together")
-        c.reward_calls = getattr(self.reward, "last_scored", len(prompts))
-        c.extra["without_control"] = len(deleted) + len(inserted) - len(triples)
         return c
 
     def _edits(self, units: list[tuple[str, str]], edit: Callable[[str, str], str | None],
