@@ -8,8 +8,9 @@ monitor's 64 x 16 batch over five steps at 5,120), half of them with one word st
 (`~~word~~`, a form no named pattern describes) paid `--pay` reward stds on top of Gaussian noise.
 Each measurement runs in its own process (CPU time of that process: `time.process_time`), with
 `--threads` BLAS threads (1 by default: a threaded BLAS spins on a loaded machine and its CPU time
-then says more about the load than the code). Printed: per size and code, CPU seconds, the p-value
-and whether the test passed at 0.01; then the ratio per size. The p-values agree up to
+then says more about the load than the code). Printed: per size and code, CPU seconds, the replies
+the test read (`MOST_REPLIES` at most since 2026-12-07: a draw of whole groups), the p-value and
+whether the test passed at 0.01; then the ratio per size. The p-values agree up to
 `WHOLE_UP_TO` replies when the other checkout predates the low-rank fit (the same statistic).
 """
 
@@ -45,7 +46,8 @@ for i in range(n):
     groups.append(i // 16)
 start = time.process_time()
 o = omnibus(texts, np.array(ys), np.array(groups), 0.01, 1000, 1)
-print(json.dumps({"cpu": time.process_time() - start, "p": o.p, "passed": o.passed}))
+print(json.dumps({"cpu": time.process_time() - start, "p": o.p, "passed": o.passed,
+                  "read": getattr(o, "replies", 0) or n}))
 """
 
 
@@ -66,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     codes = [("this", ROOT)] + ([("against", args.against.resolve())] if args.against else [])
     print(f"load average {os.getloadavg()[0]:.1f} at the start; {args.threads} BLAS thread(s)")
-    print(f"{'replies':>8} {'code':>8} {'CPU s':>8} {'p':>10} {'passed':>7}")
+    print(f"{'replies':>8} {'code':>8} {'CPU s':>8} {'read':>6} {'p':>10} {'passed':>7}")
     rows: dict[tuple[int, str], dict] = {}
     for n in (int(s) for s in args.sizes.split(",")):
         for name, root in codes:
             r = rows[(n, name)] = measure(root, n, args.pay, args.threads)
-            print(f"{n:>8,} {name:>8} {r['cpu']:>8.1f} {r['p']:>10.2g} {str(r['passed']):>7}", flush=True)
+            print(f"{n:>8,} {name:>8} {r['cpu']:>8.1f} {r['read']:>6,} {r['p']:>10.2g} {str(r['passed']):>7}",
+                  flush=True)
     if args.against:
         for n in (int(s) for s in args.sizes.split(",")):
             this, other = rows[(n, "this")], rows[(n, "against")]

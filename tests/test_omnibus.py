@@ -159,3 +159,20 @@ def test_past_its_whole_size_the_omnibus_still_finds_form_pay_and_stays_quiet_wi
     quiet = [omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]), 0.05, 200,
                      seed, whole_up_to=64, rank=64).passed for seed in range(6) for s in [samples(32, 10 + seed, 0.0)]]
     assert sum(quiet) <= 1, quiet
+
+
+def test_past_most_replies_the_omnibus_reads_a_seeded_draw_of_whole_groups_and_keeps_its_power_and_level():
+    from dynalize.penalties.omnibus import _draw
+    groups = np.repeat(np.arange(40), 8)
+    kept = _draw(groups, 100, 3)
+    assert len(kept) == 96 and all(np.sum(groups[kept] == g) == 8 for g in np.unique(groups[kept]))
+    assert np.array_equal(kept, _draw(groups, 100, 3)) and not np.array_equal(kept, _draw(groups, 100, 4))
+
+    def run(s, alpha, seed):
+        return omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]), alpha,
+                       200, seed, most=128)
+    for mark in (struck, bracketed):  # 512 replies, 128 of them read
+        o = run(samples(64, 3, 1.0, mark), 0.01, 1)
+        assert o.passed and o.replies == 128 and any(ch in name for name in o.carriers for ch in "~["), o
+    quiet = [run(samples(64, 10 + seed, 0.0), 0.05, seed) for seed in range(6)]
+    assert sum(o.passed for o in quiet) <= 1 and {o.replies for o in quiet} == {128}, quiet

@@ -54,6 +54,13 @@ instead of O(replies^3). The approximation is made from the texts and the groups
 rewards, so the permutation test stays exact; what it gives up is power for pay carried only by
 the kernel's smallest directions."""
 
+MOST_REPLIES = 2048
+"""Replies the test reads at most: past it, a seeded draw of whole prompt groups, as many as keep
+it within this (`_draw`). Its cost grows with the square of the replies (the kernel), and a
+64 x 16 batch over five steps is 5,120 replies; the draw reads the groups alone, never the
+rewards, so the test stays exact on the replies drawn. What it gives up is power for pay too
+rare to show in 2,048 replies; the named candidates still read every reply."""
+
 DENSE_SHARE = 0.1
 """A feature shown in more than this share of the replies enters the kernel by a dense product."""
 
@@ -121,6 +128,8 @@ class Omnibus:
     statistic: float
     carriers: list[str] = field(default_factory=list)
     """The features that carry the fit, strongest first (their readable names; hashing may merge)."""
+    replies: int = 0
+    """The replies it read (`MOST_REPLIES` at most: a draw of whole groups past it)."""
 
 
 def _bucket(block: str, name: str) -> int:
@@ -182,12 +191,17 @@ def _folds(groups: np.ndarray, seed: int) -> list[np.ndarray]:
 
 
 def omnibus(texts: list[str], y: np.ndarray, groups: np.ndarray, alpha: float, permutations: int,
-            seed: int, whole_up_to: int = WHOLE_UP_TO, rank: int = RANK) -> Omnibus | None:
+            seed: int, whole_up_to: int = WHOLE_UP_TO, rank: int = RANK, most: int = MOST_REPLIES) -> Omnibus | None:
     """The omnibus test of `texts` against `y` (the reward net of the legitimate covariates) within
-    `groups` at level `alpha` (past `whole_up_to` replies, on `rank` of the kernel's directions); None where too few
-    groups contrast the reward to hold any out."""
+    `groups` at level `alpha` (on a draw of whole groups past `most` replies; past `whole_up_to`,
+    on `rank` of the kernel's directions); None where too few groups contrast the reward to hold
+    any out."""
     groups = np.unique(np.asarray(groups), return_inverse=True)[1]
-    y = centred(np.asarray(y, dtype=float), groups)
+    y = np.asarray(y, dtype=float)
+    if len(texts) > most:
+        kept = _draw(groups, most, seed)
+        texts, y, groups = [texts[i] for i in kept], y[kept], np.unique(groups[kept], return_inverse=True)[1]
+    y = centred(y, groups)
     if len(np.unique(groups[np.abs(y) > 1e-12])) < MIN_GROUPS:
         return None
     features = [form_features(t) for t in texts]
@@ -206,7 +220,7 @@ def omnibus(texts: list[str], y: np.ndarray, groups: np.ndarray, alpha: float, p
             kernel += gram(x) / trace  # each block weighs alike, however many features it has
     kernel = within(within(kernel).T)  # (within-group centred x)(its transpose), all blocks at once
     if not kernel.any():
-        return Omnibus(1.0, False, 0.0)
+        return Omnibus(1.0, False, 0.0, replies=len(texts))
     perms = within_permutations(groups, max(int(permutations), MIN_PERMUTATIONS), seed)
     ys = np.vstack([y, y[perms]])  # the observed rewards first, then the permuted ones
     scale = float(np.mean(np.diag(kernel))) or 1.0
@@ -218,7 +232,17 @@ def omnibus(texts: list[str], y: np.ndarray, groups: np.ndarray, alpha: float, p
     stat = np.max(np.stack(stats), axis=0)
     p = MaxTail(stat[1:]).p(float(stat[0]))
     passed = p <= alpha
-    return Omnibus(p, passed, float(stat[0]), carriers(blocks, features, buckets, y, onehot, n_g) if passed else [])
+    return Omnibus(p, passed, float(stat[0]), carriers(blocks, features, buckets, y, onehot, n_g) if passed else [],
+                   len(texts))
+
+
+def _draw(groups: np.ndarray, most: int, seed: int) -> np.ndarray:
+    """The replies of a seeded draw of whole groups (`groups`: 0..k-1), as many groups as keep the
+    replies within `most` (at least one group), in their order in the view."""
+    order = np.random.default_rng(zlib.crc32(f"omnibus-draw:{seed}".encode())).permutation(int(groups.max()) + 1)
+    sizes = np.bincount(groups)[order]
+    chosen = order[:max(1, int(np.searchsorted(np.cumsum(sizes), most, side="right")))]
+    return np.flatnonzero(np.isin(groups, chosen))
 
 
 def held_out_covariance(phi: np.ndarray, ys: np.ndarray, train: np.ndarray, test: np.ndarray,
