@@ -246,7 +246,8 @@ def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:
     adjusted = np.ones(k)
     filled = np.nan_to_num(null, nan=-np.inf)
     maxima = filled.max(axis=0) if k else np.full(b, -np.inf)
-    critical = MaxTail(maxima).quantile(alpha) if b else math.inf
+    top = MaxTail(maxima)
+    critical = top.quantile(alpha) if b else math.inf
     testable = np.flatnonzero(~np.isnan(z))
     if len(testable) and b:
         order = testable[np.argsort(-z[testable], kind="stable")]
@@ -255,9 +256,9 @@ def step_down(z: np.ndarray, null: np.ndarray, alpha: float) -> Family:
         rest = rest[::-1]  # max over the ranks from r down
         counts = (rest >= z[order][:, None] - 1e-12).sum(axis=1)
         p = (1 + counts) / (b + 1)
-        tail, row = None, None
+        tail, row = top, maxima  # ranks sharing their maxima (the family's own, often) share a fit
         for r in np.flatnonzero(counts < TAIL_COUNT):
-            if row is None or not np.array_equal(rest[r], row):  # ranks sharing their maxima share a fit
+            if not np.array_equal(rest[r], row):
                 row = rest[r]
                 tail = MaxTail(row)
             p[r] = tail.p(float(z[order[r]]))
