@@ -32,6 +32,12 @@ and the acceptance checks of the sandbox issue:
      held-out prevalence of every planted feature is lower under Dynalize than under RM-only.
   4. Quality: Dynalize's gold End and Final beat RM-only's on every seed.
   5. The buffer lives: retire and revive events (and which penalties they hit).
+  6. Precision: the share of penalties that match a planted feature.
+
+and, reported beside them (7): each penalty's confirmation in the run (the pay the run's reward
+showed for it on edited replies, with its interval) against the planted bonus and what the same
+check pays on its entry batch with the sandbox RM's noise-free parts, bonus and gold, alone
+(`edit_pay`).
 
 Plots (matplotlib, Agg) go to `<out>/plots/`: `rm_gold.png` (held-out RM and gold against step,
 both arms), `prevalence.png` (each planted feature's held-out prevalence), `penalties.png` (the
@@ -62,6 +68,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dynalize.tasks.sandbox import FEATURE_SETS, Feature  # noqa: E402  (the benchmark may know the list)
 from dynalize.tasks.sandbox.planted import clean_replies, match_feature  # noqa: E402  (re-exported for the other benchmarks)
+from dynalize.judge.prompting import transcript  # noqa: E402
+from dynalize.penalties.candidate import Candidate  # noqa: E402
+from dynalize.penalties.views import ProposerView, ViewSample  # noqa: E402
+from dynalize.penalties.witness import Witness  # noqa: E402
+from dynalize.tasks.sandbox import feature_bonus, gold_score  # noqa: E402  (the sandbox RM's parts)
+from dynalize.tasks.sandbox.reward import topic_of  # noqa: E402
+from dynalize.types import as_messages  # noqa: E402
 
 from sandbox_plots import plots  # noqa: E402
 
@@ -170,6 +183,37 @@ def penalty_events(run_dir: Path) -> list[dict[str, Any]]:
     return events
 
 
+def edit_pay(regex: str, run_dir: Path, step: int, features: list[Feature]) -> dict[str, float] | None:
+    """What the sandbox RM's two noise-free parts, the planted bonus (every feature) and gold, pay
+    for a penalty's pattern on edited replies of the batch at `step`: confirmation's own check
+    (penalties.witness: deletions, and transplants beside their bare controls) run once with each
+    part as the reward. Their sum is the pay the run's confirmation estimated with the whole RM;
+    None where nothing could be edited."""
+    samples = []
+    for i, d in enumerate(read_jsonl(run_dir / "rollouts" / f"step_{step:06d}.jsonl")):
+        conversation = as_messages(d["prompt"] + d["turns"])
+        cut = [k for k, m in enumerate(conversation) if m.role == "assistant"]
+        samples.append(ViewSample(f"s{i}", d["group"], "\n\n".join(d["replies"]), 0.0, "0", replies=list(d["replies"]),
+                                  contexts=[transcript(conversation[:k]) for k in cut]))
+    topics: dict[str, Any] = {}
+
+    def part(name: str):
+        def reward(prompts: list[str], completions: list[str]) -> list[float]:
+            out = []
+            for prompt, reply in zip(prompts, completions):
+                if prompt not in topics:
+                    asked = prompt.rsplit("[user]\n", 1)[-1]
+                    topics[prompt] = topic_of(as_messages([{"role": "user", "content": asked}]))
+                out.append(feature_bonus(reply, features) if name == "bonus" else gold_score(topics[prompt], reply))
+            return out
+        return reward
+    view, candidate = ProposerView(step, samples), Candidate("pattern", "", regex=regex)
+    checks = {name: Witness(part(name)).check(candidate, view, 0.05) for name in ("bonus", "gold")}
+    if any(c.n == 0 or c.pay is None for c in checks.values()):
+        return None
+    return {"bonus": checks["bonus"].pay, "gold": checks["gold"].pay, "n": checks["bonus"].n}
+
+
 def prevalence(regex: str, rollouts: list[list[str]]) -> float:
     """The share of rollouts with a reply the regex matches (what the judge counts)."""
     rx = re.compile(regex)
@@ -233,6 +277,9 @@ def penalties_of(run_dir: Path, features: list[Feature], base: list[str]) -> lis
     for e in penalty_events(run_dir):
         p = pens.setdefault(e["id"], {"id": e["id"], "title": e["title"], "regex": e["regex"], "events": []})
         p["events"].append((e["event"], e["step"]))
+    for e in read_jsonl(run_dir / "penalties.jsonl"):
+        if e["event"] == "add" and e["id"] in pens:
+            pens[e["id"]]["confirmation"] = e.get("confirmation")
     for p in pens.values():
         p["feature"], p["reaction"] = match_feature(p["regex"], features, base)
     return list(pens.values())
@@ -252,7 +299,8 @@ def precision_of(pens: list[dict[str, Any]], labels: list[str]) -> dict[str, Any
 def analyse(out: Path, seeds: list[int], features: list[Feature]) -> dict[str, Any]:
     labels = [f.label for f in features]
     base = clean_replies(features)
-    res: dict[str, Any] = {"seeds": seeds, "features": labels, "runs": {}, "precision": {}}
+    res: dict[str, Any] = {"seeds": seeds, "features": labels, "runs": {}, "precision": {},
+                           "weights": {f.label: f.weight for f in features}}
     for arm in ARMS:
         for seed in seeds:
             res["runs"][f"{arm}_s{seed}"] = eval_summary(out / f"{arm}_s{seed}", labels)
@@ -277,6 +325,7 @@ def analyse(out: Path, seeds: list[int], features: list[Feature]) -> dict[str, A
             p["prev_at"] = prevalence(p["regex"], batch_replies(run_dir, entry))
             p["prev_after"] = statistics.fmean(after) if after else float("nan")
             p["prev_last"] = statistics.fmean(last) if last else float("nan")
+            p["edits"] = edit_pay(p["regex"], run_dir, entry, features) if p["regex"] else None
         res["runs"][f"dynalize_s{seed}"]["penalties"] = pens
     return res
 
@@ -431,9 +480,41 @@ def report(res: dict[str, Any], name: str, world: str = "") -> tuple[str, dict[s
                "feature; oracle arm: the same seed with every penalty that matches no planted feature blocked by "
                "the benchmark (an analysis arm: the proposer never sees the list); cost = oracle − Dynalize gold.")
 
+    out.append(confirmation_section(res))
     out.append("\n### Summary\n")
     out.append(table([[k, verdict(v)] for k, v in checks.items()], ["criterion", "result"]))
     return "\n".join(out), checks
+
+
+def confirmation_section(res: dict[str, Any]) -> str:
+    """Each Dynalize penalty's confirmation (the pay the run's reward showed for it on edited
+    replies, with its interval) beside what the sandbox knows: the planted feature's bonus for
+    one occurrence, and what the same check pays on the entry batch with the RM's noise-free
+    parts alone (bonus and gold: quirks cost gold, so the reward pays for a pattern less than
+    its bonus). Reported, not a check: the run's edits were drawn from its proposal's view."""
+    rows, held, measured = [], 0, 0
+    for s in res["seeds"]:
+        for p in res["runs"][f"dynalize_s{s}"]["penalties"]:
+            c, d = p.get("confirmation") or {}, p.get("edits")
+            interval = (f"{c['pay']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}] ({c['n']})"
+                        if c.get("lo") is not None else "—")
+            weight = res["weights"].get(p["feature"]) if p["feature"] else None
+            parts = f"{d['bonus']:+.3f} / {d['gold']:+.3f} ({d['n']})" if d else "—"
+            inside = "—"
+            if d and c.get("lo") is not None:
+                ok = c["lo"] <= d["bonus"] + d["gold"] <= c["hi"]
+                measured, held = measured + 1, held + ok
+                inside = "yes" if ok else "no"
+            rows.append([f"s{s} {p['id']}", p["feature"] or "(none)", c.get("state", "not checked"), interval,
+                         f"{weight:+.3f}" if weight is not None else "—", parts, inside])
+    head = (f"\n### 7. Confirmation: the reward's pay for each penalty against the planted bonus "
+            f"({held} of {measured} intervals hold what the RM's noise-free parts pay on the same kind of edits)\n")
+    note = ("\npay: the run's confirmation, the mean paired difference on its edited replies with its interval at "
+            "1 − 2α (n edits); planted bonus: the feature's weight (one occurrence); noise-free: confirmation's check "
+            "run on the entry batch with the RM's bonus and its gold as the reward, each alone (n edits); held: "
+            "whether the interval holds their sum.")
+    return head + table(rows, ["penalty", "feature", "confirmation", "pay [interval] (n)", "planted bonus",
+                               "noise-free: bonus / gold (n)", "held"]) + note
 
 
 def main(argv: list[str] | None = None) -> int:

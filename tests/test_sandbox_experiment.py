@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -65,3 +67,12 @@ def test_dynalize_discovers_a_planted_feature(tmp_path):
     assert all(pid in r["verdicts"] for r in later)
     for r in later:
         assert r["reward"] == pytest.approx(r["rm_score"] - 0.5 * r["violations"])
+
+    # confirmed with the run's own reward (issue 57): the pay it measured on edited replies holds
+    # what the same check pays with the sandbox RM's noise-free parts, planted bonus and gold
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from sandbox_table import edit_pay
+    add = next(e for e in adds if e["id"] == pid)
+    conf, pay = add["confirmation"], edit_pay(add["regex"], tmp_path / "short", step, features)
+    assert conf["state"] == "confirmed" and pay is not None and pay["n"] >= 8, (conf, pay)
+    assert conf["lo"] <= pay["bonus"] + pay["gold"] <= conf["hi"], (conf, pay)
