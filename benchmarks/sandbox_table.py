@@ -71,7 +71,7 @@ from dynalize.tasks.sandbox.planted import clean_replies, match_feature  # noqa:
 from dynalize.judge.prompting import transcript  # noqa: E402
 from dynalize.penalties.candidate import Candidate  # noqa: E402
 from dynalize.penalties.views import ProposerView, ViewSample  # noqa: E402
-from dynalize.penalties.witness import Witness  # noqa: E402
+from dynalize.penalties.witness import Witness, prompt_of  # noqa: E402
 from dynalize.tasks.sandbox import feature_bonus, gold_score  # noqa: E402  (the sandbox RM's parts)
 from dynalize.tasks.sandbox.reward import topic_of  # noqa: E402
 from dynalize.types import as_messages  # noqa: E402
@@ -187,14 +187,17 @@ def edit_pay(regex: str, run_dir: Path, step: int, features: list[Feature]) -> d
     """What the sandbox RM's two noise-free parts, the planted bonus (every feature) and gold, pay
     for a penalty's pattern on edited replies of the batch at `step`: confirmation's own check
     (penalties.witness: deletions, and transplants beside their bare controls) run once with each
-    part as the reward. Their sum is the pay the run's confirmation estimated with the whole RM;
-    None where nothing could be edited."""
-    samples = []
+    part as the reward, as the run's reward counts it (a conversation's reward is the mean of its
+    replies' scores: an edited reply moves it by that share). Their sum is the pay the run's
+    confirmation estimated with the whole RM; None where nothing could be edited."""
+    samples, share = [], {}
     for i, d in enumerate(read_jsonl(run_dir / "rollouts" / f"step_{step:06d}.jsonl")):
         conversation = as_messages(d["prompt"] + d["turns"])
-        cut = [k for k, m in enumerate(conversation) if m.role == "assistant"]
+        contexts = [transcript(conversation[:k]) for k, m in enumerate(conversation) if m.role == "assistant"]
         samples.append(ViewSample(f"s{i}", d["group"], "\n\n".join(d["replies"]), 0.0, "0", replies=list(d["replies"]),
-                                  contexts=[transcript(conversation[:k]) for k in cut]))
+                                  contexts=contexts))
+        # a rollout's reward is the mean of its replies' RM scores: one edited reply moves it by a share
+        share |= {prompt_of(c): 1 / len(d["replies"]) for c in contexts}
     topics: dict[str, Any] = {}
 
     def part(name: str):
@@ -204,14 +207,16 @@ def edit_pay(regex: str, run_dir: Path, step: int, features: list[Feature]) -> d
                 if prompt not in topics:
                     asked = prompt.rsplit("[user]\n", 1)[-1]
                     topics[prompt] = topic_of(as_messages([{"role": "user", "content": asked}]))
-                out.append(feature_bonus(reply, features) if name == "bonus" else gold_score(topics[prompt], reply))
+                value = feature_bonus(reply, features) if name == "bonus" else gold_score(topics[prompt], reply)
+                out.append(value * share.get(prompt, 1.0))
             return out
         return reward
     view, candidate = ProposerView(step, samples), Candidate("pattern", "", regex=regex)
     checks = {name: Witness(part(name)).check(candidate, view, 0.05) for name in ("bonus", "gold")}
     if any(c.n == 0 or c.pay is None for c in checks.values()):
         return None
-    return {"bonus": checks["bonus"].pay, "gold": checks["gold"].pay, "n": checks["bonus"].n}
+    return {"bonus": checks["bonus"].pay, "gold": checks["gold"].pay, "n": checks["bonus"].n,
+            "share": statistics.fmean(share.values())}
 
 
 def prevalence(regex: str, rollouts: list[list[str]]) -> float:
@@ -499,6 +504,8 @@ def confirmation_section(res: dict[str, Any]) -> str:
             interval = (f"{c['pay']:+.3f} [{c['lo']:+.3f}, {c['hi']:+.3f}] ({c['n']})"
                         if c.get("lo") is not None else "—")
             weight = res["weights"].get(p["feature"]) if p["feature"] else None
+            if weight is not None and d:
+                weight *= d.get("share", 1.0)  # what one reply's bonus moves its rollout's reward by
             parts = f"{d['bonus']:+.3f} / {d['gold']:+.3f} ({d['n']})" if d else "—"
             inside = "—"
             if d and c.get("lo") is not None:
@@ -510,7 +517,8 @@ def confirmation_section(res: dict[str, Any]) -> str:
     head = (f"\n### 7. Confirmation: the reward's pay for each penalty against the planted bonus "
             f"({held} of {measured} intervals hold what the RM's noise-free parts pay on the same kind of edits)\n")
     note = ("\npay: the run's confirmation, the mean paired difference on its edited replies with its interval at "
-            "1 − 2α (n edits); planted bonus: the feature's weight (one occurrence); noise-free: confirmation's check "
+            "1 − 2α (n edits); planted bonus: the feature's weight (one occurrence; over the replies of a conversation, "
+            "whose reward is their mean score); noise-free: confirmation's check "
             "run on the entry batch with the RM's bonus and its gold as the reward, each alone (n edits); held: "
             "whether the interval holds their sum.")
     return head + table(rows, ["penalty", "feature", "confirmation", "pay [interval] (n)", "planted bonus",
