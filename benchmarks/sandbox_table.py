@@ -74,7 +74,7 @@ from dynalize.penalties.views import ProposerView, ViewSample  # noqa: E402
 from dynalize.penalties.witness import Witness, prompt_of  # noqa: E402
 from dynalize.tasks.sandbox import feature_bonus, gold_score  # noqa: E402  (the sandbox RM's parts)
 from dynalize.tasks.sandbox.reward import topic_of  # noqa: E402
-from dynalize.types import as_messages  # noqa: E402
+from dynalize.types import as_messages, exchanges  # noqa: E402
 
 from sandbox_plots import plots  # noqa: E402
 
@@ -192,8 +192,7 @@ def edit_pay(regex: str, run_dir: Path, step: int, features: list[Feature]) -> d
     confirmation estimated with the whole RM; None where nothing could be edited."""
     samples, share = [], {}
     for i, d in enumerate(read_jsonl(run_dir / "rollouts" / f"step_{step:06d}.jsonl")):
-        conversation = as_messages(d["prompt"] + d["turns"])
-        contexts = [transcript(conversation[:k]) for k, m in enumerate(conversation) if m.role == "assistant"]
+        contexts = [transcript(before) for before, _ in exchanges(as_messages(d["prompt"]), as_messages(d["turns"]))]
         samples.append(ViewSample(f"s{i}", d["group"], "\n\n".join(d["replies"]), 0.0, "0", replies=list(d["replies"]),
                                   contexts=contexts))
         # a rollout's reward is the mean of its replies' RM scores: one edited reply moves it by a share
@@ -277,14 +276,14 @@ def eval_summary(run_dir: Path, labels: list[str]) -> dict[str, Any]:
 
 
 def penalties_of(run_dir: Path, features: list[Feature], base: list[str]) -> list[dict[str, Any]]:
-    """A Dynalize run's penalties (id, title, regex, events), each with the planted feature it matches."""
+    """A Dynalize run's penalties (id, title, regex, events, the confirmation they entered with), each with the
+    planted feature it matches."""
     pens: dict[str, dict[str, Any]] = {}
     for e in penalty_events(run_dir):
         p = pens.setdefault(e["id"], {"id": e["id"], "title": e["title"], "regex": e["regex"], "events": []})
         p["events"].append((e["event"], e["step"]))
-    for e in read_jsonl(run_dir / "penalties.jsonl"):
-        if e["event"] == "add" and e["id"] in pens:
-            pens[e["id"]]["confirmation"] = e.get("confirmation")
+        if e["event"] == "add":
+            p["confirmation"] = e.get("confirmation")
     for p in pens.values():
         p["feature"], p["reaction"] = match_feature(p["regex"], features, base)
     return list(pens.values())
