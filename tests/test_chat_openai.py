@@ -44,7 +44,9 @@ def api_key(monkeypatch):
 
 
 def make(server: FakeServer, **kw) -> OpenAIChatModel:
-    args = dict(api_key_env="DYNALIZE_TEST_KEY", timeout=0.3, max_retries=3, retry_wait=0.01)
+    # a generous deadline, so a loaded machine never turns a test of something else into a timeout;
+    # the tests of the deadline itself pass a short one
+    args = dict(api_key_env="DYNALIZE_TEST_KEY", timeout=20.0, max_retries=3, retry_wait=0.01)
     return OpenAIChatModel(server.base_url, "tiny-judge", **{**args, **kw})
 
 
@@ -80,7 +82,8 @@ def test_no_key_env_sends_no_authorization(server):
 @pytest.mark.parametrize("fault", ["500", "malformed", "hang", "reset"])
 def test_transient_fault_then_ok(server, fault):
     server.script = [fault]
-    assert call(make(server)) == "reply 2"
+    server.hang_s = 60.0  # a hang far past the 2 s deadline; the retry has all of it
+    assert call(make(server, timeout=2.0)) == "reply 2"
     assert len(server.requests) == 2
 
 
@@ -204,7 +207,7 @@ def test_timeout_is_a_deadline_for_the_whole_request_so_a_trickle_fails(server):
     server.trickle_s = 1.5  # every byte arrives well within the 0.3 s read timeout
     server.fault = lambda body: "trickle"
     with pytest.raises(EngineError, match=r"after 2 attempt\(s\): no complete response within 0.3s"):
-        call(make(server, max_retries=1))  # the deadline cut both attempts, each still trickling
+        call(make(server, max_retries=1, timeout=0.3))  # the deadline cut both attempts, each still trickling
 
 
 def test_a_call_waiting_out_its_backoff_holds_no_concurrency_slot(server):
