@@ -181,8 +181,9 @@ def following(full: Path, out: Path, rows: int, steps: int, chunks: int) -> Meas
         if proc.running():
             proc.proc.kill()
             proc.wait()
+            tail = out.with_suffix(".log").read_text(encoding="utf-8", errors="replace")[-1500:]
             raise SystemExit(f"monitor_scale: the --follow monitor did not stop within {STOP_WAIT_S} s of Ctrl-C "
-                             f"(killed; its lines: {out.with_suffix('.log')})")
+                             f"(killed); the end of its lines:\n{tail}")
     code, cpu, rss = proc.wait()
     return Measured("follow", rows, steps, cpu, time.perf_counter() - t0, rss, code, *verdicts(out))
 

@@ -339,3 +339,32 @@ def test_a_lexical_replay_with_the_regex_judge_loads_no_model_library(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-2:] == [f"exit {LIVE_EXIT}", "[]"], proc.stdout
     assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_a_ctrl_c_absorbed_inside_a_poll_still_stops_the_follow(tmp_path, monkeypatch):
+    """Ctrl-C lands while a poll runs, and code inside the poll takes the interrupt for its own (as
+    a task can take an event loop's cancellation): the monitor still stops at once, reports what
+    it monitored and exits 130, instead of following on until killed."""
+    import signal
+
+    path = write_jsonl(tmp_path / "r.jsonl", hacked_rows(3))
+    polls: list[int] = []
+    real_poll = monitor_main.Watch.poll
+
+    def poll_absorbing_ctrl_c(self):
+        polls.append(1)
+        n = real_poll(self)
+        if len(polls) == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                signal.sigtimedwait([], 0)  # a point where Python runs the handler (it runs between bytecodes)
+            except KeyboardInterrupt:
+                pass  # absorbed
+        return n
+
+    monkeypatch.setattr(monitor_main.Watch, "poll", poll_absorbing_ctrl_c)
+    monkeypatch.setattr(monitor_main.time, "sleep", lambda s: None)
+    before = signal.getsignal(signal.SIGINT)
+    assert run(path, "--out", tmp_path / "out", "--follow", "--poll", "0", "--max-polls", "50", "--no-html") == 130
+    assert len(polls) == 2 and (tmp_path / "out" / "summary.json").exists()
+    assert signal.getsignal(signal.SIGINT) is before  # the monitor's handler is gone with it

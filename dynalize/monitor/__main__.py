@@ -475,20 +475,45 @@ def filesystem_line(e: OSError, out: Path) -> str | None:
             f"fix the cause, then run the same command again)")
 
 
+def remember_ctrl_c() -> tuple[list[bool], Any]:
+    """Ctrl-C raises KeyboardInterrupt as always, and is remembered (the list fills), so a library
+    that absorbs it (a task that takes the event loop's cancellation for its own) cannot keep a
+    --follow monitor running; and the handler it replaced (None: none replaced). Only where Python's
+    own handler is in place: a process started with Ctrl-C ignored keeps ignoring it."""
+    import signal
+    import threading
+
+    seen: list[bool] = []
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return seen, None
+
+    def interrupted(signum, frame):
+        seen.append(True)
+        raise KeyboardInterrupt
+
+    return seen, signal.signal(signal.SIGINT, interrupted)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from ..errors import ConfigError
     from .readers import NotYetError
 
     watch = None
+    ctrl_c, replaced = remember_ctrl_c()
     try:
         watch = Watch(args)
         watch.poll()
         polls = 0
         while args.follow and (args.max_polls is None or polls < args.max_polls):
+            if ctrl_c:  # pressed during a poll and absorbed there
+                raise KeyboardInterrupt
             time.sleep(args.poll)
             polls += 1
             watch.poll()
+        if ctrl_c:
+            raise KeyboardInterrupt
         if watch.m is None:  # following, and the rollouts never appeared
             raise NotYetError(f"monitor: no rollouts at {args.rollouts} after {polls} poll(s); nothing written")
         status = report(watch.m, args)
@@ -517,6 +542,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if watch is not None:
             watch.release()
+        if replaced is not None:
+            import signal
+
+            signal.signal(signal.SIGINT, replaced)
 
 
 if __name__ == "__main__":
