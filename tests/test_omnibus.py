@@ -176,3 +176,20 @@ def test_past_most_replies_the_omnibus_reads_a_seeded_draw_of_whole_groups_and_k
         assert o.passed and o.replies == 128 and any(ch in name for name in o.carriers for ch in "~["), o
     quiet = [run(samples(64, 10 + seed, 0.0), 0.05, seed) for seed in range(6)]
     assert sum(o.passed for o in quiet) <= 1 and {o.replies for o in quiet} == {128}, quiet
+
+
+def test_evidence_records_how_many_of_the_views_replies_the_omnibus_read(tmp_path, monkeypatch):
+    # past its size the omnibus reads a draw of whole groups: evidence.jsonl says how many of how many
+    import functools
+
+    import dynalize.penalties.discovery as discovery
+    from dynalize.monitor.__main__ import main
+    from test_monitor import hacked_rows, write_jsonl
+
+    monkeypatch.setattr(discovery, "omnibus", functools.partial(omnibus, most=96))
+    path = write_jsonl(tmp_path / "r.jsonl", hacked_rows(12))  # 8 prompts x 6 replies a step
+    main([str(path), "--out", str(tmp_path / "watch"), "--no-html"])
+    read = [r["omnibus"] for r in map(json.loads, (tmp_path / "watch" / "evidence.jsonl").read_text().splitlines())
+            if "omnibus" in r]
+    assert read and all(0 < o["replies"] <= 96 and o["replies"] % 6 == 0 < o["p"] <= 1 for o in read), read
+    assert max(o["of"] for o in read) > 96 and all(o["of"] >= o["replies"] for o in read)

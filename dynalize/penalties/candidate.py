@@ -75,6 +75,9 @@ class ProposalResult:
     unnamed: list[str] | None = None
     """Where the omnibus test passed (penalties.omnibus: the replies' form predicts the reward
     within groups): the features that carry the fit, strongest first; None where it did not."""
+    omnibus: dict[str, Any] | None = None
+    """The omnibus test as run (None: not run): its p-value, whether it passed, the replies it read
+    (a draw of whole groups past `omnibus.MOST_REPLIES`) and the view's replies."""
 
     @property
     def ok(self) -> bool:

@@ -238,6 +238,14 @@ class LexicalConfig(_Section):
     pays where the phrase is absent. The wording of a hack (a question's "what do you think") then
     waits for the hack itself, and a phrase is not proposed for what its word is paid (False:
     active penalties only)."""
+    runs_in: Literal["thread", "process"] = "thread"
+    """Where a proposal's work runs: `thread` (a worker thread of the training process) or `process`
+    (a process of its own, penalties.process: one `python -m dynalize.penalties.process` child,
+    reused, ended with the training process). In a thread, a proposal holds the interpreter lock
+    for much of its CPU time, so the training steps it overlaps run slower; in a process it takes
+    a core of its own (a GPU node has cores to spare; a machine whose cores training already fills
+    gains nothing). Same candidates, same decisions either way; a worker that dies fails that
+    proposal (counted, `proposer/failed`) and the next one starts a fresh worker."""
 
     @model_validator(mode="before")
     @classmethod

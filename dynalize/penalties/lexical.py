@@ -38,6 +38,7 @@ from .evidence import Effect, Held, fisher_p, net_of
 from .relevance import topical_counts
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .forms import FORMS, form_feature
+from .process import ProposerProcess
 from .surface import (KIND_RANK, Feature, length_feature, length_limit, longest_reply, short_feature, view_features,
                       word_count)
 from .views import ProposerView, ViewSample, distinct_reference, per_reply, prompt_group, rollout_id
@@ -150,13 +151,19 @@ class LexicalProposer:
         """A last veto on each candidate that passed every test, in rank order (None: none). For
         analysis only, e.g. a benchmark's oracle that blocks penalties matching no planted
         feature to measure what false penalties cost; a training run never sets it."""
+        self.process: ProposerProcess | None = ProposerProcess() if self.cfg.runs_in == "process" else None
+        """With `runs_in: process`, the worker process `best` runs in (penalties.process)."""
 
     async def propose(self, view: ProposerView) -> ProposalResult:
         t0 = time.perf_counter()
         result = ProposalResult(step=view.step)
         try:
             # pure CPU work: off the event loop, so judge calls and the loop keep going
-            result.accepted = await anyio.to_thread.run_sync(self.best, view, result)
+            if self.process is None:
+                result.accepted = await anyio.to_thread.run_sync(self.best, view, result)
+            else:
+                accepted, result = await anyio.to_thread.run_sync(self.process.best, self.cfg, view, self.accept)
+                result.accepted = accepted
         except Exception as e:  # noqa: BLE001 - a proposer failure must never stop training
             result.error = f"{type(e).__name__}: {e}"
         result.latency = time.perf_counter() - t0
@@ -220,8 +227,11 @@ class LexicalProposer:
         back = [comeback[t.key] for t in passed if t.key in comeback]
         passed = [t for t in passed if t.key not in comeback]
         result.evidence, result.evidence_reason, result.detectable = evidence.state, evidence.reason, evidence.detectable
-        if evidence.unnamed is not None and evidence.unnamed.passed:
-            result.unnamed = evidence.unnamed.carriers
+        if evidence.unnamed is not None:
+            result.omnibus = {"p": evidence.unnamed.p, "passed": evidence.unnamed.passed,
+                              "replies": evidence.unnamed.replies, "of": len(view.samples)}
+            if evidence.unnamed.passed:
+                result.unnamed = evidence.unnamed.carriers
         if evidence.unidentifiable:
             result.reject("not_identifiable", len(evidence.unidentifiable))
         worth = [t for t in passed if t.family == "across" or self.cfg.min_effect <= 0
