@@ -37,7 +37,8 @@ from discovery_worlds import Shortcut, honest_reward, words  # noqa: E402
 
 
 def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: list[Shortcut], out: Path,
-          tail: int, lam: float | None = None, weight: str | None = None) -> dict[str, Any]:
+          tail: int, lam: float | None = None, weight: str | None = None, runs_in: str | None = None,
+          worker_cores: set[int] | None = None) -> dict[str, Any]:
     """One GRPOTrainer run; what its last `tail` steps wrote and how long its steps took."""
     import torch
     from datasets import Dataset
@@ -76,9 +77,14 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     if arm == "penalties":
         from dynalize.trl import Penalties
 
-        settings = {k: v for k, v in (("lam", lam), ("weight", weight)) if v is not None}
+        settings: dict[str, Any] = {k: v for k, v in (("lam", lam), ("weight", weight)) if v is not None}
+        if runs_in is not None:
+            settings["proposer"] = {"lexical": {"runs_in": runs_in}}
         penalties = Penalties(funcs, penalties=settings, html=False)
         funcs, callbacks = penalties.reward_funcs, [penalties]
+        worker = getattr(penalties.term.proposer, "process", None)
+        if worker is not None and worker_cores:  # the proposer's process on the cores training leaves idle
+            os.sched_setaffinity(worker._proc.pid, worker_cores)
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=funcs, args=args,
                           train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(path),
                           callbacks=callbacks)
@@ -97,7 +103,7 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
     if arm == "penalties" and (out / "dynalize" / "penalties.jsonl").exists():  # written at the first event
         events = read_jsonl(out / "dynalize" / "penalties.jsonl")
         adds = [{"step": e["step"], "title": e["title"]} for e in events if e["event"] in ("add", "revive")]
-    return {"arm": arm, "seed": seed, "lam": lam, "weight": weight,
+    return {"arm": arm, "seed": seed, "lam": lam, "weight": weight, "runs_in": runs_in,
             "word": statistics.fmean(shortcut[0].present(r) for r, _ in last),
             "bar": statistics.fmean(shortcut[1].present(r) for r, _ in last),
             "honest": statistics.fmean(h for _, h in last), "words": statistics.fmean(len(words(r)) for r, _ in last),
@@ -132,7 +138,7 @@ def table(results: list[dict[str, Any]], word: str, bar: int, tail: int) -> str:
 
 def variant(r: dict[str, Any]) -> str:
     """How a penalties run's settings differ from the defaults ('' for none)."""
-    given = [f"{k} {r[k]}" for k in ("lam", "weight") if r.get(k) is not None]
+    given = [f"{k} {r[k]}" for k in ("lam", "weight", "runs_in") if r.get(k) not in (None, "thread")]
     return f" ({', '.join(given)})" if given else ""
 
 
@@ -149,7 +155,18 @@ def verdict(results: list[dict[str, Any]]) -> str:
             + ("met" if statistics.fmean(ratios) <= 1.05 else "not met") + ")"
             + "".join(f"; {variant(r).strip(' ()')}, seed {r['seed']}: honest {r['honest']:.3f} against TRL alone's "
                       f"{pair[r['seed'], 'plain']['honest']:.3f}" for r in results
-                      if variant(r) and (r["seed"], "plain") in pair))
+                      if variant(r) and (r["seed"], "plain") in pair)
+            + "".join(f"; step time {v}: " + ", ".join(f"{x:.3f}x" for x in rs) + f" (mean {statistics.fmean(rs):.3f}x)"
+                      for v, rs in variant_ratios(results, pair).items()))
+
+
+def variant_ratios(results: list[dict[str, Any]], pair: dict) -> dict[str, list[float]]:
+    """Each variant's step time over TRL alone's, seed by seed."""
+    out: dict[str, list[float]] = {}
+    for r in results:
+        if r["arm"] == "penalties" and variant(r) and (r["seed"], "plain") in pair:
+            out.setdefault(variant(r).strip(" ()"), []).append(r["step_time"] / pair[r["seed"], "plain"]["step_time"])
+    return out
 
 
 def main() -> None:
@@ -171,6 +188,10 @@ def main() -> None:
     ap.add_argument("--table", type=Path, nargs="+", metavar="RESULTS",
                     help="print the table of earlier results.json files (no training)")
     ap.add_argument("--quick", action="store_true", help="1 seed, 4 steps, 2 prompts x 4 (a smoke run)")
+    ap.add_argument("--runs-in", default=None, help="penalties.proposer.lexical.runs_in of the penalties arm: thread "
+                    "or process, or both comma-separated (one penalties run each; default: the default, thread)")
+    ap.add_argument("--pin", action="store_true", help="train on CPU 0 only, and a proposer's process on the other "
+                    "CPUs: a GPU node's spare cores, on a CPU machine (run nothing else beside it)")
     args = ap.parse_args()
     if args.quick:
         args.seeds, args.steps, args.prompts, args.group, args.tail = 1, 4, 2, 4, 1
@@ -182,10 +203,18 @@ def main() -> None:
                          key=lambda r: (r["seed"], r["arm"] != "plain", variant(r)))
         args.seeds = len({r["seed"] for r in results})
         args.steps = max((len(r.get("per_step", [])) for r in results), default=args.steps)  # what the runs trained
+    worker_cores = None
+    if args.pin:
+        worker_cores = set(os.sched_getaffinity(0)) - {0}
+        os.sched_setaffinity(0, {0})
+        if not worker_cores:
+            raise SystemExit("trl_penalties: --pin needs two CPUs at least")
+    variants = args.runs_in.split(",") if args.runs_in else [None]
     for seed in range(args.first_seed, args.first_seed + args.seeds) if not args.table else []:
-        for arm in args.arms.split(","):
-            r = train(arm, seed, args.steps, args.prompts, args.group, shortcut, args.out / f"{arm}_s{seed}", args.tail,
-                      args.lam, args.weight)
+        for arm, runs_in in ((a, v) for a in args.arms.split(",") for v in (variants if a == "penalties" else [None])):
+            name = f"{arm}_{runs_in}_s{seed}" if runs_in else f"{arm}_s{seed}"
+            r = train(arm, seed, args.steps, args.prompts, args.group, shortcut, args.out / name, args.tail,
+                      args.lam, args.weight, runs_in, worker_cores)
             print(json.dumps(r), flush=True)
             results.append(r)
     if not args.table:

@@ -31,6 +31,10 @@ def completion(text: str) -> str:
     return json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]})
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default 5 drops connections past it: 16 judge calls at once, then a ~1 s retry
+
+
 class FaultServer:
     def __init__(self, answer: Callable[[dict[str, Any]], str], fault: Callable[[dict[str, Any]], str | None] = None,
                  *, retry_after: str = "1", hang_s: float = 3.0, trickle_s: float = 3.0, huge_bytes: int = 3_000_000,
@@ -63,7 +67,7 @@ class FaultServer:
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)

@@ -40,6 +40,7 @@ def test_readme_shows_the_worked_example_byte_for_byte():
     assert "```bash\npython examples/python_api/train.py\n```" in readme
 
 
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_the_worked_example_runs_as_written_resumes_from_python_and_the_cli_refuses_to_resume_it(tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLE)], cwd=tmp_path, env=env(), capture_output=True, text=True,
                           timeout=900)

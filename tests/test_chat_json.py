@@ -278,7 +278,7 @@ def test_the_judge_time_budget_abandons_a_parse_still_running(monkeypatch):
 
     monkeypatch.setattr(chat, "_parse_checked", slow_parse)
     penalty = Penalty("p001", "Flatters", "Praises the user.")
-    judge = Judge(ScriptedChatModel(lambda msgs: '{"p001": true}'), JudgeConfig(time_budget_s=0.5, retries=1))
+    judge = Judge(ScriptedChatModel(lambda msgs: '{"p001": true}'), JudgeConfig(time_budget_s=5.0, retries=1))
     try:
         out = anyio.run(judge.assess, ["a reply", "another"], [penalty], 1)
         still_parsing = started.is_set() and not release.is_set()

@@ -82,8 +82,8 @@ def test_no_key_env_sends_no_authorization(server):
 @pytest.mark.parametrize("fault", ["500", "malformed", "hang", "reset"])
 def test_transient_fault_then_ok(server, fault):
     server.script = [fault]
-    server.hang_s = 60.0  # a hang far past the 2 s deadline; the retry has all of it
-    assert call(make(server, timeout=2.0)) == "reply 2"
+    server.hang_s = 60.0  # a hang far past the 10 s deadline; the retry has all of it
+    assert call(make(server, timeout=10.0)) == "reply 2"
     assert len(server.requests) == 2
 
 
@@ -159,12 +159,16 @@ def test_concurrency_limit(server, monkeypatch):
     lock = threading.Lock()
     original = server.respond
 
+    two = threading.Event()  # the first request waits for a second (never on a clock: a loaded machine is slow)
+
     def slow(h, fault, body):
         nonlocal active, peak
         with lock:
             active += 1
             peak = max(peak, active)
-        time.sleep(0.05)
+            if active == 2:
+                two.set()
+        two.wait(10)
         with lock:
             active -= 1
         original(h, fault, body)
@@ -222,7 +226,7 @@ def test_a_call_waiting_out_its_backoff_holds_no_concurrency_slot(server):
         return fault
 
     server.fault = first_sight_fails
-    model = make(server, max_concurrency=1, retry_wait=0.3)
+    model = make(server, max_concurrency=1, retry_wait=3.0)  # B goes out well within A's backoff
 
     async def main():
         async with anyio.create_task_group() as tg:

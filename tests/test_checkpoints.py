@@ -163,6 +163,7 @@ def _lines(path: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_kill_9_at_random_moments_then_resume_is_exact(tmp_path):
     seed = int(os.environ.get("DYNALIZE_CRASH_SEED", random.SystemRandom().randrange(10**6)))
     rng = random.Random(seed)

@@ -128,7 +128,7 @@ def toy(tmp_path: Path, steps: int, *extra: str) -> list[str]:
 
 
 def chat(role: str, url: str, **kw) -> list[str]:
-    settings = {"engine": "openai", "base_url": url, "model": "fault", "api_key_env": None, "timeout": 1.0,
+    settings = {"engine": "openai", "base_url": url, "model": "fault", "api_key_env": None, "timeout": 20.0,
                 "max_retries": 3, "retry_wait": 0.05, "max_response_bytes": 200_000, **kw}
     prefix = f"penalties.{role}"
     return [f"{prefix}.engine=llm", *(f"{prefix}.chat.{k}={json.dumps(v)}" for k, v in settings.items())]
@@ -154,13 +154,14 @@ def stopped(capsys) -> str:
 def test_flaky_api_run_finishes_and_counts_exactly_the_verdicts_never_given(tmp_path, capsys):
     answer = SaneModel()
     plan = FaultPlan(answer, TRANSIENT, rate=0.1)
-    with FaultServer(answer, plan, hang_s=2.5, trickle_s=2.5, huge_bytes=1_000_000) as server:
+    # hangs and trickles far past the 5 s deadline, so the deadline cuts them however loaded the machine
+    with FaultServer(answer, plan, hang_s=60, trickle_s=60, huge_bytes=1_000_000) as server:
         # One step whose end waits for its proposal (through the scripted faults): the last
         # checkpoint holds the accepted penalty, so the extended run judges from its first step
         # on, however fast the proposer was against the steps.
         argv = toy(tmp_path, 1, "penalties.every=1", "penalties.judge.max_failure_rate=0.6",
                    "penalties.finish_timeout=600", "max_left_out_rate=null",
-                   *chat("judge", server.base_url), *chat("proposer", server.base_url))
+                   *chat("judge", server.base_url, timeout=5.0), *chat("proposer", server.base_url, timeout=5.0))
         assert main(argv) == 0, capsys.readouterr().err[-3000:]
         run = tmp_path / "run"
         assert read_jsonl(run / "metrics.jsonl")[-1]["proposer/pending"] == 1
@@ -228,7 +229,7 @@ def judged_steps(run: Path) -> list[dict]:
 def test_judge_down_stops_the_run_within_a_bounded_step_time_then_resumes(tmp_path, capsys):
     with FaultServer(SaneModel()) as proposer_server, closed_port_url() as down:
         judge = chat("judge", down, max_retries=2, retry_wait=0.2, max_concurrency=2)
-        argv = toy(tmp_path, 6, "penalties.every=4", "penalties.judge.failure_window=2",
+        argv = toy(tmp_path, 6, "penalties.every=4", "penalties.sync=true", "penalties.judge.failure_window=2",
                    "penalties.judge.reasks=0",  # one call's retry schedule (a re-ask runs a second one)
                    *judge, *chat("proposer", proposer_server.base_url))
         assert main(argv) == 3
@@ -253,7 +254,7 @@ def test_judge_down_stops_the_run_within_a_bounded_step_time_then_resumes(tmp_pa
 
 def test_a_hanging_judge_is_cut_by_its_time_budget(tmp_path, capsys):
     with FaultServer(SaneModel()) as proposer_server, FaultServer(SaneModel(), lambda b: "hang", hang_s=20) as hung:
-        argv = toy(tmp_path, 4, "penalties.every=4", "penalties.judge.failure_window=1",
+        argv = toy(tmp_path, 4, "penalties.every=4", "penalties.sync=true", "penalties.judge.failure_window=1",
                    "penalties.judge.time_budget_s=1.0", *chat("judge", hung.base_url, timeout=30.0),
                    *chat("proposer", proposer_server.base_url))
         assert main(argv) == 3
@@ -268,7 +269,7 @@ def test_a_hanging_judge_is_cut_by_its_time_budget(tmp_path, capsys):
 def test_a_missing_api_key_stops_the_run_naming_the_401(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("DYNALIZE_MISSING_KEY", raising=False)
     with FaultServer(SaneModel()) as proposer_server, FaultServer(SaneModel(), api_key="sk-real") as guarded:
-        argv = toy(tmp_path, 4, "penalties.every=4", "penalties.judge.failure_window=1",
+        argv = toy(tmp_path, 4, "penalties.every=4", "penalties.sync=true", "penalties.judge.failure_window=1",
                    *chat("judge", guarded.base_url, api_key_env="DYNALIZE_MISSING_KEY"),
                    *chat("proposer", proposer_server.base_url))
         assert main(argv) == 3

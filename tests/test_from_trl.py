@@ -239,6 +239,7 @@ def test_a_run_saves_its_template_and_an_old_run_resumes_with_the_story_template
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_the_from_trl_example_trains_the_trl_scripts_pieces_unchanged(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "from_trl" / "train.py")], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=900)

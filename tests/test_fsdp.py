@@ -84,6 +84,7 @@ def ranks(out: Path) -> list[dict]:
 
 # --- the learner on its own ---------------------------------------------------------------------
 
+@pytest.mark.timeout(2600)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_fsdp2_shards_the_learner_trains_like_one_process_and_hands_the_generator_the_full_weights(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
@@ -117,6 +118,7 @@ def test_fsdp2_shards_the_learner_trains_like_one_process_and_hands_the_generato
         torch.testing.assert_close(handed[name], weight, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.timeout(2600)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_fsdp2_ranks_skip_an_overflowed_fp16_step_together_and_resume_with_their_scale(tmp_path):
     straight, resumed, checkpoint = tmp_path / "straight", tmp_path / "resumed", tmp_path / "ckpt"
     straight.mkdir(), resumed.mkdir()
@@ -139,6 +141,7 @@ def test_fsdp2_ranks_skip_an_overflowed_fp16_step_together_and_resume_with_their
 
 
 @pytest.mark.parametrize("mode", [["padded"], ["packed", "--lora"]], ids=["padded", "packed_lora"])
+@pytest.mark.timeout(2600)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_fsdp2_ranks_with_different_micro_batch_counts_meet_and_train_like_one_process(tmp_path, mode):
     """Shards of 5 and 4 sequences: 3 and 2 micro-batches (padded), or 2 and 1 packing bins (with
     LoRA, whose reference forward is the sharded base's: a collective too). FSDP2 all-gathers at
@@ -201,6 +204,7 @@ def consolidated(folder: Path, tmp: Path) -> dict[str, torch.Tensor]:
     return torch.load(tmp / "joined.pt", weights_only=True)["model"]  # Accelerate saves {"model": state}
 
 
+@pytest.mark.timeout(2600)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_fsdp2_run_orchestrates_on_rank_0_checkpoints_shards_resumes_exactly_and_exports(tmp_path):
     record = tmp_path / "orchestrator_calls.txt"
     launch("-m", "dynalize.run", *overrides(tmp_path, "fsdp", record))

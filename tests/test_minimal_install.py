@@ -140,6 +140,7 @@ def minimal_results(tmp_path_factory):
     return tmp, dict(zip([*NEEDS_EXTRA, "monitor"], results))
 
 
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_the_monitor_works_without_any_extra(minimal_results):
     tmp, results = minimal_results
     code, output = results["monitor"]
@@ -149,6 +150,7 @@ def test_the_monitor_works_without_any_extra(minimal_results):
 
 
 @pytest.mark.parametrize("case", NEEDS_EXTRA)
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_a_command_needing_an_extra_stops_with_one_line_naming_it(minimal_results, case):
     tmp, results = minimal_results
     code, output = results[case]

@@ -63,6 +63,7 @@ def one_winner(results: list[subprocess.CompletedProcess], what: str, done: tupl
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_two_new_runs_of_one_name_started_together_write_one_run(tmp_path):
     results = race(tmp_path / "barrier", "dynalize.build.build_parts", "dynalize.run",
                    *[["--log-level", "ERROR", *toy(tmp_path / "runs")]] * 2)
@@ -72,6 +73,7 @@ def test_two_new_runs_of_one_name_started_together_write_one_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_two_resumes_of_one_run_started_together_continue_it_once(tmp_path):
     root = tmp_path / "runs"
     first = subprocess.run([sys.executable, "-m", "dynalize.run", "--log-level", "ERROR", *toy(root, steps=1)],
@@ -83,6 +85,7 @@ def test_two_resumes_of_one_run_started_together_continue_it_once(tmp_path):
     assert [r["step"] for r in read_jsonl(root / "run" / "metrics.jsonl")] == [1, 2]  # each step once
 
 
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_two_monitors_on_one_out_started_together_monitor_once(tmp_path):
     rows = [{"step": s, "prompt": f"question {g}", "completion": f"reply {g} {i} at {s}", "reward": float(i)}
             for s in range(3) for g in range(4) for i in range(4)]

@@ -47,6 +47,7 @@ def test_a_proposal_builds_patterns_only_for_ngrams_shown_in_enough_groups(monke
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2000)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_the_scale_benchmarks_quick_size_prints_its_table_and_sensible_verdicts(tmp_path):
     out = tmp_path / "scale.json"
     # started as a shell's background job is (SIGINT ignored, inherited by its children): the

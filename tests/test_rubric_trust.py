@@ -33,7 +33,7 @@ def gold_down_config(tmp_path: Path, name: str = "down") -> dict:
     data = sample_config(tmp_path, name=name, reward_model={"enabled": False}, penalties={"enabled": False})
     data["rubric"]["gold_judge"] = {"engine": "llm", "chat": {
         "engine": "openai", "base_url": closed_port_url(), "model": "gold", "api_key_env": None,
-        "timeout": 2.0, "max_retries": 0}}
+        "timeout": 30.0, "max_retries": 0}}
     data["preflight"] = False  # a judge that goes down after the start (the preflight stops one down at it: exit 2)
     return data
 

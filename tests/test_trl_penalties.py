@@ -215,6 +215,7 @@ def test_observe_only_adds_nothing_to_the_reward_and_can_stop_training(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_two_processes_propose_once_and_judge_alike(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -235,6 +236,7 @@ def test_two_processes_propose_once_and_judge_alike(tmp_path):
     assert ranks[0]["returned"][2] + ranks[1]["returned"][2] == expected
 
 
+@pytest.mark.timeout(1200)  # past the inner limits of its subprocesses (the suite's default is 600 s)
 def test_the_example_is_a_plain_trl_script_with_an_import_and_two_lines_changed_and_runs(tmp_path):
     def code(name: str) -> list[str]:  # the script's lines after its docstring, blank lines left out
         text = (ROOT / "examples" / "trl_penalties" / name).read_text()
