@@ -118,3 +118,21 @@ def test_the_monitor_with_its_proposer_in_a_process_writes_what_it_writes_with_a
                 r.pop("time", None)
         assert process == thread and thread, name
     assert json.loads((tmp_path / "process" / "summary.json").read_text())["patterns"]
+
+
+def test_confirmation_inside_a_run_with_the_proposer_in_a_process_is_the_one_in_a_thread():
+    # the run's terms (the reward functions, the witness) stay in this process; the worker asks for each verdict
+    import confirmworld as W
+    from test_confirm_in_run import drive
+
+    found = {}
+    for mode in ("thread", "process"):
+        W.SEEN.clear()
+        W.CALLS.clear()
+        term, stop = drive(["reward_funcs=[confirmworld:pays_length]", "penalties.proposer.lexical.length=false",
+                            f"penalties.proposer.lexical.runs_in={mode}"], W.LONG)
+        assert stop is None
+        rejected = [{**c, "confirmation": {k: v for k, v in c["confirmation"].items() if k != "seconds"}}
+                    for c in term.evidence["co_travellers"]]  # all but how long the reward took
+        found[mode] = (rejected, term.totals["confirm/reward_calls"], [p.title for p in term.buffer.active()])
+    assert found["process"] == found["thread"] and found["thread"][0] and found["thread"][1] > 0
