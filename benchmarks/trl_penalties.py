@@ -84,7 +84,7 @@ def train(arm: str, seed: int, steps: int, prompts: int, group: int, shortcut: l
         funcs, callbacks = penalties.reward_funcs, [penalties]
         worker = getattr(penalties.term.proposer, "process", None)
         if worker is not None and worker_cores:  # the proposer's process on the cores training leaves idle
-            os.sched_setaffinity(worker._proc.pid, worker_cores)
+            os.sched_setaffinity(worker.start(), worker_cores)
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=funcs, args=args,
                           train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(path),
                           callbacks=callbacks)

@@ -49,8 +49,13 @@ class ProposerProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self.started = 0
-        """Workers started (a fresh one after each that ended)."""
-        self._worker()  # started now: its imports (a few seconds) overlap the steps before the first proposal
+        """Workers started: the first at the first proposal (its imports, a few seconds, delay that
+        proposal, never a step; a rank that never proposes starts none), a fresh one after each that ended."""
+
+    def start(self) -> int:
+        """Start the worker now, if none runs; its process id (to pin it to a core, say)."""
+        with self._lock:
+            return self._worker().pid
 
     def _worker(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
