@@ -137,3 +137,17 @@ def test_confirmation_inside_a_run_with_the_proposer_in_a_process_is_the_one_in_
                     for c in term.evidence["co_travellers"]]  # all but how long the reward took
         found[mode] = (rejected, term.totals["confirm/reward_calls"], [p.title for p in term.buffer.active()])
     assert found["process"] == found["thread"] and found["thread"][0] and found["thread"][1] > 0
+
+
+def test_a_trl_run_proposes_in_a_process_of_its_own_unless_its_settings_say_otherwise():
+    from dynalize.penalties.config import PenaltiesConfig
+    from dynalize.trl import Penalties
+
+    def reward(completions, **kw):
+        return [0.0] * len(completions)
+
+    assert Penalties([reward]).term.proposer.process is not None
+    told = {"proposer": {"lexical": {"runs_in": "thread"}}}
+    assert Penalties([reward], penalties=told).term.proposer.process is None
+    assert Penalties([reward], penalties=PenaltiesConfig.model_validate(told)).term.proposer.process is None
+    assert Penalties([reward], penalties=PenaltiesConfig()).term.proposer.process is not None

@@ -74,17 +74,30 @@ TRL_WEIGHT = "pay"
 for the pattern (penalties/pay.py), since a TRL script's rewards come in any scale."""
 
 
+TRL_RUNS_IN = "process"
+"""`penalties.proposer.lexical.runs_in` unless the settings name one: TRL trains in the process that
+calls the reward functions, so a proposal in a thread of it slows the steps it overlaps; in a
+process of its own it takes a spare core (docs/from_trl.md, "Step time")."""
+
+
 def penalties_config(settings: PenaltiesConfig | dict[str, Any] | None) -> PenaltiesConfig:
-    """A run's `penalties` section (docs/penalties.md), on; `weight` is TRL_WEIGHT unless set."""
+    """A run's `penalties` section (docs/penalties.md), on; `weight` is TRL_WEIGHT and the lexical
+    proposer's `runs_in` TRL_RUNS_IN unless set."""
     if isinstance(settings, PenaltiesConfig):
         update: dict[str, Any] = {"enabled": True}
         if "weight" not in settings.model_fields_set:
             update["weight"] = TRL_WEIGHT
-        return settings.model_copy(update=update)
-    try:
-        return PenaltiesConfig.model_validate({"weight": TRL_WEIGHT, **(settings or {}), "enabled": True})
-    except ValidationError as e:
-        raise PenaltiesError(one_line(e, prefix="dynalize.trl: penalties")) from None
+        cfg = settings.model_copy(update=update)
+    else:
+        try:
+            cfg = PenaltiesConfig.model_validate({"weight": TRL_WEIGHT, **(settings or {}), "enabled": True})
+        except ValidationError as e:
+            raise PenaltiesError(one_line(e, prefix="dynalize.trl: penalties")) from None
+    lexical = cfg.proposer.lexical
+    if "runs_in" in lexical.model_fields_set:
+        return cfg
+    proposer = cfg.proposer.model_copy(update={"lexical": lexical.model_copy(update={"runs_in": TRL_RUNS_IN})})
+    return cfg.model_copy(update={"proposer": proposer})
 
 
 def callable_name(func: Any) -> str:
