@@ -137,8 +137,10 @@ def table(results: list[dict[str, Any]], word: str, bar: int, tail: int) -> str:
 
 
 def variant(r: dict[str, Any]) -> str:
-    """How a penalties run's settings differ from the defaults ('' for none)."""
-    given = [f"{k} {r[k]}" for k in ("lam", "weight", "runs_in") if r.get(k) not in (None, "thread")]
+    """How a penalties run's settings differ from dynalize.trl's defaults ('' for none)."""
+    from dynalize.trl.callback import TRL_RUNS_IN
+
+    given = [f"{k} {r[k]}" for k in ("lam", "weight", "runs_in") if r.get(k) not in (None, TRL_RUNS_IN)]
     return f" ({', '.join(given)})" if given else ""
 
 
@@ -189,7 +191,7 @@ def main() -> None:
                     help="print the table of earlier results.json files (no training)")
     ap.add_argument("--quick", action="store_true", help="1 seed, 4 steps, 2 prompts x 4 (a smoke run)")
     ap.add_argument("--runs-in", default=None, help="penalties.proposer.lexical.runs_in of the penalties arm: thread "
-                    "or process, or both comma-separated (one penalties run each; default: the default, thread)")
+                    "or process, or both comma-separated (one penalties run each; default: dynalize.trl's, process)")
     ap.add_argument("--pin", action="store_true", help="train on CPU 0 only, and a proposer's process on the other "
                     "CPUs: a GPU node's spare cores, on a CPU machine (run nothing else beside it)")
     args = ap.parse_args()
