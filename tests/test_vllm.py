@@ -91,7 +91,7 @@ class _Server:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.started = time.monotonic()
 
-    def wait_ready(self, timeout: float = 240.0) -> float:
+    def wait_ready(self, timeout: float = 500.0) -> float:  # a loaded 2-core machine starts vLLM slowly
         while time.monotonic() - self.started < timeout:
             if self.proc.poll() is not None:
                 pytest.fail(f"vLLM server exited ({self.proc.returncode}):\n{self._tail()}")
@@ -249,6 +249,7 @@ def test_three_training_steps_on_vllm_generator(toy_overrides):
     assert {r["policy_version"] for r in rollouts} == {1}  # sampled by the policy pushed after step 0
 
 
+@pytest.mark.timeout(1200)  # past the server's start (up to 500 s) and the run beside it
 def test_remote_generator_against_vllm_server(server, policy_dir, tmp_path):
     from dynalize.backends.base import SamplingParams
     from dynalize.backends.remote import RemoteGenerator
