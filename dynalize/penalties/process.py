@@ -133,30 +133,43 @@ def _close(proc: subprocess.Popen[bytes], kill: bool = False) -> int | None:
         return proc.wait()
 
 
+class _ParentGone(BaseException):
+    """The training process is gone (its pipes closed): the worker ends, quietly."""
+
+
 def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     """The worker's loop: one proposal per request, until stdin closes."""
     from .lexical import LexicalProposer  # before the first request: what a proposal imports, imported now
 
+    def exchange(message: tuple) -> Any:
+        try:
+            _send(replies, message)
+            return pickle.load(requests) if message[0] == "accept?" else None
+        except (OSError, EOFError):
+            raise _ParentGone from None
+
+    def accept(c: Candidate) -> bool:
+        verdict, answered = exchange(("accept?", c))
+        c.__dict__.update(answered.__dict__)  # what the veto wrote on it (its confirmation)
+        return verdict
+
     while True:
         try:
-            request = pickle.load(requests)
-        except EOFError:
+            _, cfg, view, vetoed = pickle.load(requests)
+        except (OSError, EOFError):
             return
-        _, cfg, view, vetoed = request
-
-        def accept(c: Candidate) -> bool:
-            _send(replies, ("accept?", c))
-            verdict, answered = pickle.load(requests)
-            c.__dict__.update(answered.__dict__)  # what the veto wrote on it (its confirmation)
-            return verdict
-
         try:
             result = ProposalResult(step=view.step)
             candidate = LexicalProposer(cfg, accept if vetoed else None).best(view, result)
             message: tuple = ("done", candidate, result)
         except Exception as e:  # noqa: BLE001 - a proposal's failure is the training process's to count
             message = ("error", f"{type(e).__name__}: {e}")
-        _send(replies, message)
+        except _ParentGone:
+            return
+        try:
+            exchange(message)
+        except _ParentGone:
+            return
 
 
 def main() -> None:
