@@ -151,3 +151,43 @@ def test_a_trl_run_proposes_in_a_process_of_its_own_unless_its_settings_say_othe
     assert Penalties([reward], penalties=told).term.proposer.process is None
     assert Penalties([reward], penalties=PenaltiesConfig.model_validate(told)).term.proposer.process is None
     assert Penalties([reward], penalties=PenaltiesConfig()).term.proposer.process is not None
+
+
+PARENT_DIES = """
+import os, sys, anyio
+sys.path.insert(0, {tests!r})
+from test_proposer_process import view
+from dynalize.penalties.config import LexicalConfig
+from dynalize.penalties.lexical import LexicalProposer
+p = LexicalProposer(LexicalConfig(runs_in="process"))
+def veto(c):  # the training process dies while the worker waits for this answer
+    print(p.process._proc.pid, flush=True)
+    os._exit(0)
+p.accept = veto
+anyio.run(p.propose, view())
+"""
+
+
+def test_a_worker_whose_training_process_died_ends_quietly(tmp_path):
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    err = tmp_path / "stderr"
+    with open(err, "w") as f:
+        done = subprocess.run([sys.executable, "-c", PARENT_DIES.format(tests=str(Path(__file__).parent))],
+                              stdout=subprocess.PIPE, stderr=f, text=True, timeout=300)
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 120  # a bound for a loaded machine, not a speed
+
+    def running() -> bool:  # a zombie (ended, not yet reaped by whoever adopted it) has ended
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running()
+    assert "Traceback" not in err.read_text(), err.read_text()[-2000:]
