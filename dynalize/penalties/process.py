@@ -173,7 +173,13 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
 
 
 def main() -> None:
+    import argparse
     import signal
+
+    argparse.ArgumentParser(prog="python -m dynalize.penalties.process", description=(
+        "The lexical proposer's worker (penalties.proposer.lexical.runs_in: process): started by the training "
+        "process, never by hand. It reads pickled proposals on stdin and writes pickled results on stdout, "
+        "and ends when stdin closes.")).parse_args()
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the training process's to handle
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
