@@ -240,7 +240,7 @@ class LexicalConfig(_Section):
     active penalties only)."""
     runs_in: Literal["thread", "process"] = "thread"
     """Where a proposal's work runs: `thread` (a worker thread of the training process) or `process`
-    (a process of its own, penalties.process: one `python -m dynalize.penalties.process` child,
+    (a process of its own, penalties.process: one `python -m dynalize.penalties.worker` child,
     reused, ended with the training process). In a thread, a proposal holds the interpreter lock
     for much of its CPU time, so the training steps it overlaps run slower; in a process it takes
     a core of its own (a GPU node has cores to spare; a machine whose cores training already fills

@@ -5,7 +5,7 @@ training process it holds the interpreter lock much of the time, so the training
 overlaps run slower (TRL's step time, docs/from_trl.md). In a process of its own it takes a core
 of its own instead, as a GPU node has to spare.
 
-The worker is one `python -m dynalize.penalties.process` child per proposer, started at its first
+The worker is one `python -m dynalize.penalties.worker` child per proposer, started at its first
 proposal and reused. It reads pickled requests on stdin and writes pickled replies on stdout; it
 ends when its stdin closes, so a training process that dies, however it dies, takes it along. It
 never runs the user's script again (multiprocessing's spawn, and anyio's process workers, import
@@ -35,7 +35,8 @@ class ProposerProcessError(RuntimeError):
     starts a fresh worker."""
 
 
-def _send(stream: IO[bytes], message: Any) -> None:
+def send_message(stream: IO[bytes], message: Any) -> None:
+    """One pickled message, flushed (the two ends' protocol: penalties.worker reads and writes these)."""
     pickle.dump(message, stream, protocol=PROTOCOL)
     stream.flush()
 
@@ -64,7 +65,7 @@ class ProposerProcess:
 
         root = str(Path(dynalize.__file__).resolve().parents[1])  # the same dynalize as this process's
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        self._proc = subprocess.Popen([sys.executable, "-m", "dynalize.penalties.process"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-m", "dynalize.penalties.worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, env=env)  # stderr: this process's (its log lines)
         weakref.finalize(self, _close, self._proc, True)  # garbage-collected, or this process exits
         self.started += 1
@@ -75,10 +76,10 @@ class ProposerProcess:
         with self._lock:
             proc = self._worker()
             try:
-                self._send(proc, ("propose", cfg, view, accept is not None))
+                self._post(proc, ("propose", cfg, view, accept is not None))
                 while (reply := self._receive(proc))[0] == "accept?":  # the last veto, asked here
                     candidate = reply[1]
-                    self._send(proc, (bool(accept(candidate)) if accept is not None else True, candidate))
+                    self._post(proc, (bool(accept(candidate)) if accept is not None else True, candidate))
             except BaseException:  # mid-exchange (a veto that raised, Ctrl-C): the worker waits for what never comes
                 self.close(kill=True)
                 raise
@@ -86,10 +87,10 @@ class ProposerProcess:
                 raise ProposerProcessError(reply[1])
             return reply[1], reply[2]
 
-    def _send(self, proc: subprocess.Popen[bytes], message: Any) -> None:
+    def _post(self, proc: subprocess.Popen[bytes], message: Any) -> None:
         try:
             assert proc.stdin is not None
-            _send(proc.stdin, message)
+            send_message(proc.stdin, message)
         except OSError as e:
             raise self._ended(proc, e) from None
 
@@ -131,61 +132,3 @@ def _close(proc: subprocess.Popen[bytes], kill: bool = False) -> int | None:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
-
-
-class _ParentGone(BaseException):
-    """The training process is gone (its pipes closed): the worker ends, quietly."""
-
-
-def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
-    """The worker's loop: one proposal per request, until stdin closes."""
-    from .lexical import LexicalProposer  # before the first request: what a proposal imports, imported now
-
-    def exchange(message: tuple) -> Any:
-        try:
-            _send(replies, message)
-            return pickle.load(requests) if message[0] == "accept?" else None
-        except (OSError, EOFError):
-            raise _ParentGone from None
-
-    def accept(c: Candidate) -> bool:
-        verdict, answered = exchange(("accept?", c))
-        c.__dict__.update(answered.__dict__)  # what the veto wrote on it (its confirmation)
-        return verdict
-
-    while True:
-        try:
-            _, cfg, view, vetoed = pickle.load(requests)
-        except (OSError, EOFError):
-            return
-        try:
-            result = ProposalResult(step=view.step)
-            candidate = LexicalProposer(cfg, accept if vetoed else None).best(view, result)
-            message: tuple = ("done", candidate, result)
-        except Exception as e:  # noqa: BLE001 - a proposal's failure is the training process's to count
-            message = ("error", f"{type(e).__name__}: {e}")
-        except _ParentGone:
-            return
-        try:
-            exchange(message)
-        except _ParentGone:
-            return
-
-
-def main() -> None:
-    import argparse
-    import signal
-
-    argparse.ArgumentParser(prog="python -m dynalize.penalties.process", description=(
-        "The lexical proposer's worker (penalties.proposer.lexical.runs_in: process): started by the training "
-        "process, never by hand. It reads pickled proposals on stdin and writes pickled results on stdout, "
-        "and ends when stdin closes.")).parse_args()
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the training process's to handle
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever prints goes to stderr, never into a reply
-    serve(sys.stdin.buffer, replies)
-
-
-if __name__ == "__main__":
-    main()
