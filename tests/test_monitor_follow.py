@@ -364,7 +364,10 @@ def test_a_ctrl_c_absorbed_inside_a_poll_still_stops_the_follow(tmp_path, monkey
 
     monkeypatch.setattr(monitor_main.Watch, "poll", poll_absorbing_ctrl_c)
     monkeypatch.setattr(monitor_main.time, "sleep", lambda s: None)
-    before = signal.getsignal(signal.SIGINT)
-    assert run(path, "--out", tmp_path / "out", "--follow", "--poll", "0", "--max-polls", "50", "--no-html") == 130
-    assert len(polls) == 2 and (tmp_path / "out" / "summary.json").exists()
-    assert signal.getsignal(signal.SIGINT) is before  # the monitor's handler is gone with it
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whoever started pytest
+    try:
+        status = run(path, "--out", tmp_path / "out", "--follow", "--poll", "0", "--max-polls", "50", "--no-html")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the monitor's handler is gone with it
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    assert status == 130 and len(polls) == 2 and (tmp_path / "out" / "summary.json").exists()
