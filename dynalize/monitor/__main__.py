@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -480,7 +481,6 @@ def remember_ctrl_c() -> tuple[list[bool], Any]:
     that absorbs it (a task that takes the event loop's cancellation for its own) cannot keep a
     --follow monitor running; and the handler it replaced (None: none replaced). Only where Python's
     own handler is in place: a process started with Ctrl-C ignored keeps ignoring it."""
-    import signal
     import threading
 
     seen: list[bool] = []
@@ -543,8 +543,6 @@ def main(argv: list[str] | None = None) -> int:
         if watch is not None:
             watch.release()
         if replaced is not None:
-            import signal
-
             signal.signal(signal.SIGINT, replaced)
 
 

@@ -150,7 +150,8 @@ class LexicalProposer:
         self.accept = accept
         """A last veto on each candidate that passed every test, in rank order (None: none). For
         analysis only, e.g. a benchmark's oracle that blocks penalties matching no planted
-        feature to measure what false penalties cost; a training run never sets it."""
+        feature to measure what false penalties cost; in a run only the reward's confirmation sets it
+        (penalties.witness). With `runs_in: process` it is still asked here, in this process."""
         self.process: ProposerProcess | None = ProposerProcess() if self.cfg.runs_in == "process" else None
         """With `runs_in: process`, the worker process `best` runs in (penalties.process)."""
 
@@ -162,8 +163,7 @@ class LexicalProposer:
             if self.process is None:
                 result.accepted = await anyio.to_thread.run_sync(self.best, view, result)
             else:
-                accepted, result = await anyio.to_thread.run_sync(self.process.best, self.cfg, view, self.accept)
-                result.accepted = accepted
+                result = await anyio.to_thread.run_sync(self.process.best, self.cfg, view, self.accept)
         except Exception as e:  # noqa: BLE001 - a proposer failure must never stop training
             result.error = f"{type(e).__name__}: {e}"
         result.latency = time.perf_counter() - t0

@@ -42,9 +42,9 @@ def send_message(stream: IO[bytes], message: Any) -> None:
 
 
 class ProposerProcess:
-    """`best(cfg, view, accept)`: `LexicalProposer(cfg).best(view)` computed in the worker, as
-    (candidate, result); `accept` (or None) is asked in this process for each candidate the worker
-    would accept. One proposal at a time (a lock)."""
+    """`best(cfg, view, accept)`: `LexicalProposer(cfg).best(view)` computed in the worker, as its
+    ProposalResult (the candidate in `accepted`); `accept` (or None) is asked in this process for
+    each candidate the worker would accept. One proposal at a time (a lock)."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
@@ -71,8 +71,7 @@ class ProposerProcess:
         self.started += 1
         return self._proc
 
-    def best(self, cfg: Any, view: Any, accept: Callable[[Candidate], bool] | None) -> tuple[
-            Candidate | None, ProposalResult]:
+    def best(self, cfg: Any, view: Any, accept: Callable[[Candidate], bool] | None) -> ProposalResult:
         with self._lock:
             proc = self._worker()
             try:
@@ -85,7 +84,7 @@ class ProposerProcess:
                 raise
             if reply[0] == "error":
                 raise ProposerProcessError(reply[1])
-            return reply[1], reply[2]
+            return reply[1]
 
     def _post(self, proc: subprocess.Popen[bytes], message: Any) -> None:
         try:

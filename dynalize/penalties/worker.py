@@ -1,7 +1,7 @@
 """The lexical proposer's worker process (penalties.process starts it: `runs_in: process`).
 
 One proposal per request read from stdin (the settings, the view, and whether a last veto is to
-be asked), its candidate and result written to stdout, until stdin closes. The veto is asked of
+be asked), its result (the candidate in `accepted`) written to stdout, until stdin closes. The veto is asked of
 the training process, candidate by candidate. Whatever prints goes to stderr, never into a reply.
 """
 
@@ -43,8 +43,8 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
             return
         try:
             result = ProposalResult(step=view.step)
-            candidate = LexicalProposer(cfg, accept if vetoed else None).best(view, result)
-            message: tuple = ("done", candidate, result)
+            result.accepted = LexicalProposer(cfg, accept if vetoed else None).best(view, result)
+            message: tuple = ("done", result)
         except Exception as e:  # noqa: BLE001 - a proposal's failure is the training process's to count
             message = ("error", f"{type(e).__name__}: {e}")
         except _ParentGone:

@@ -83,21 +83,18 @@ process of its own it takes a spare core (docs/from_trl.md, "Step time")."""
 def penalties_config(settings: PenaltiesConfig | dict[str, Any] | None) -> PenaltiesConfig:
     """A run's `penalties` section (docs/penalties.md), on; `weight` is TRL_WEIGHT and the lexical
     proposer's `runs_in` TRL_RUNS_IN unless set."""
-    if isinstance(settings, PenaltiesConfig):
-        update: dict[str, Any] = {"enabled": True}
-        if "weight" not in settings.model_fields_set:
-            update["weight"] = TRL_WEIGHT
-        cfg = settings.model_copy(update=update)
-    else:
-        try:
-            cfg = PenaltiesConfig.model_validate({"weight": TRL_WEIGHT, **(settings or {}), "enabled": True})
-        except ValidationError as e:
-            raise PenaltiesError(one_line(e, prefix="dynalize.trl: penalties")) from None
-    lexical = cfg.proposer.lexical
-    if "runs_in" in lexical.model_fields_set:
-        return cfg
-    proposer = cfg.proposer.model_copy(update={"lexical": lexical.model_copy(update={"runs_in": TRL_RUNS_IN})})
-    return cfg.model_copy(update={"proposer": proposer})
+    try:
+        given = settings if isinstance(settings, PenaltiesConfig) else PenaltiesConfig.model_validate(settings or {})
+    except ValidationError as e:
+        raise PenaltiesError(one_line(e, prefix="dynalize.trl: penalties")) from None
+    update: dict[str, Any] = {"enabled": True}
+    if "weight" not in given.model_fields_set:
+        update["weight"] = TRL_WEIGHT
+    lexical = given.proposer.lexical
+    if "runs_in" not in lexical.model_fields_set:
+        update["proposer"] = given.proposer.model_copy(
+            update={"lexical": lexical.model_copy(update={"runs_in": TRL_RUNS_IN})})
+    return given.model_copy(update=update)
 
 
 def callable_name(func: Any) -> str:
