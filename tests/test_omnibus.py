@@ -15,7 +15,8 @@ from dynalize.monitor.summary import INSUFFICIENT_EXIT, LIVE_EXIT, UNNAMED_EXIT,
 from dynalize.penalties.candidate import ProposalResult
 from dynalize.penalties.config import LexicalConfig
 from dynalize.penalties.lexical import LexicalProposer
-from dynalize.penalties.omnibus import form_features, gram, omnibus, spectral_features
+from dynalize.penalties.omnibus import (form_features, gram, held_out_covariance, kernel_held_out_covariance, omnibus,
+                                       spectral_features)
 from dynalize.penalties.views import ProposerView, ViewSample, advantage_sign
 from dynalize.summary import discovery_evidence
 
@@ -142,6 +143,21 @@ def test_the_fit_features_reproduce_the_kernel_whole_and_its_top_directions_past
     assert np.isclose(np.linalg.norm(kernel - low @ low.T, 2), values[-11], rtol=0.05)  # the best rank 10
 
 
+def test_the_fit_on_the_kernel_whole_gives_the_held_out_covariances_of_the_fit_on_its_features():
+    # the kernel whole is fitted on directly (no features): the same ridge predictions, so the same statistic
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((120, 200))  # more directions than training replies: the kernel's form is smaller
+    kernel = x @ x.T
+    ys = rng.standard_normal((7, 120))
+    test = np.zeros(120, dtype=bool)
+    test[rng.choice(120, 30, replace=False)] = True
+    ridges = [0.1, 1.0, 10.0]
+    direct = kernel_held_out_covariance(kernel, ys, ~test, test, ridges)
+    assert direct.shape == (3, 7)
+    assert np.allclose(direct, held_out_covariance(x, ys, ~test, test, ridges), rtol=1e-8, atol=1e-8)
+    assert not np.allclose(direct, held_out_covariance(x, ys, ~test, test, [1.0, 10.0, 100.0]))
+
+
 def test_gram_is_the_exact_product_with_common_and_rare_columns():
     rng = np.random.default_rng(2)
     dense = (rng.random((200, 50)) < np.linspace(0.01, 0.9, 50)) * rng.integers(1, 30, (200, 50))
@@ -162,11 +178,12 @@ def test_past_its_whole_size_the_omnibus_still_finds_form_pay_and_stays_quiet_wi
 
 
 def test_past_most_replies_the_omnibus_reads_a_seeded_draw_of_whole_groups_and_keeps_its_power_and_level():
-    from dynalize.penalties.omnibus import _draw
+    from dynalize.penalties.permutation import whole_groups
     groups = np.repeat(np.arange(40), 8)
-    kept = _draw(groups, 100, 3)
+    kept = whole_groups(groups, 100, "omnibus-draw:3")
     assert len(kept) == 96 and all(np.sum(groups[kept] == g) == 8 for g in np.unique(groups[kept]))
-    assert np.array_equal(kept, _draw(groups, 100, 3)) and not np.array_equal(kept, _draw(groups, 100, 4))
+    assert np.array_equal(kept, whole_groups(groups, 100, "omnibus-draw:3"))
+    assert not np.array_equal(kept, whole_groups(groups, 100, "omnibus-draw:4"))
 
     def run(s, alpha, seed):
         return omnibus([x.text for x in s], np.array([x.score for x in s]), np.array([x.group for x in s]), alpha,

@@ -77,7 +77,11 @@ class ProposalResult:
     within groups): the features that carry the fit, strongest first; None where it did not."""
     omnibus: dict[str, Any] | None = None
     """The omnibus test as run (None: not run): its p-value, whether it passed, the replies it read
-    (a draw of whole groups past `omnibus.MOST_REPLIES`) and the view's replies."""
+    (a draw of whole groups past `omnibus.MOST_REPLIES`) and the view's replies as the proposal read
+    them (`read`)."""
+    read: dict[str, int] | None = None
+    """Where the view held more than `LexicalConfig.most_rollouts`: the rollouts the proposal read
+    (a draw of whole groups) `of` the view's, and the same for its reference; None: all."""
 
     @property
     def ok(self) -> bool:

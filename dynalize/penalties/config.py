@@ -60,6 +60,22 @@ class LexicalConfig(_Section):
     """Permutations of the rewards behind each proposal's null (the same for every candidate), at
     most: the within-group null stops after a fifth of them when those already decide that nothing
     passes, with the decisions of the full count (penalties.sequential)."""
+    most_rollouts: int | None = Field(1024, ge=2)
+    """Rollouts a proposal reads at most, of the view and of its reference each: past it, a seeded
+    draw of whole prompt groups, as many as keep within it (permutation.whole_groups: it reads the
+    groups and the step, never the rewards, so the tests stay exact on what was drawn; the judge
+    still checks every rollout). A proposal's cost grows with what it reads, and a test that
+    already sees effects well below `min_effect` gains little from more: on a 64 x 16 x 5 view
+    (benchmarks/monitor_scale.py) the smallest effect a proposal could propose went from 0.82 reward
+    stds with all 5,120 rollouts to 0.86 with 1,024. Every view of the discovery benchmarks and
+    the sandboxes is smaller (at most 640). None: every rollout."""
+
+    @field_validator("most_rollouts", mode="before")
+    @classmethod
+    def _none_text(cls, v: object) -> object:
+        """`--set proposer.lexical.most_rollouts=None` (YAML reads it as text) means every rollout."""
+        return None if v == "None" else v
+
     detectable_effect: float = Field(1.0, gt=0)
     """The hack size (within-group reward stds, of a pattern in half the replies) a proposal must be
     able to detect with about 80 % power for its silence to count as evidence; below that power

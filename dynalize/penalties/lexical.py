@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from dataclasses import replace
 from collections.abc import Callable
 
 import anyio
@@ -38,6 +39,7 @@ from .evidence import Effect, Held, fisher_p, net_of
 from .relevance import topical_counts
 from ..judge.saferegex import RegexTimeout, SafeRegex, UnsafeRegex
 from .forms import FORMS, form_feature
+from .permutation import group_index, whole_groups
 from .process import ProposerProcess
 from .surface import (KIND_RANK, Feature, length_feature, length_limit, longest_reply, short_feature, view_features,
                       word_count)
@@ -77,6 +79,13 @@ def penalty_matches(penalties: list[Penalty], samples: list[ViewSample],
             out.append((pen, {s.id: [next(found) for _ in s.parts] for s in samples}))
             break
     return out
+
+
+def read_at_most(samples: list[ViewSample], most: int, key: str) -> list[ViewSample]:
+    """`samples`, or past `most` of them a seeded draw (`key`) of their whole groups within it, in order."""
+    if len(samples) <= most:
+        return samples
+    return [samples[i] for i in whole_groups(group_index([s.group for s in samples]), most, key)]
 
 
 def _shows(spans: Spans, s: ViewSample) -> bool:
@@ -174,6 +183,7 @@ class LexicalProposer:
         or None; `result.evidence` says whether None is evidence of no hack."""
         result = result or ProposalResult(step=view.step)
         view = distinct_reference(view)
+        view = self._within_budget(view, result)
         if self.cfg.unit == "reply":
             view = per_reply(view)
         pos, neg = view.positives(), view.negatives()
@@ -285,6 +295,19 @@ class LexicalProposer:
             result.reject("not_best", len(scored) - rank - 1)
             return c
         return None
+
+    def _within_budget(self, view: ProposerView, result: ProposalResult) -> ProposerView:
+        """`view` with its samples, and its reference's, each cut to a seeded draw of whole groups past
+        `most_rollouts` (what was read is recorded in `result.read`)."""
+        most = self.cfg.most_rollouts
+        if most is None:
+            return view
+        samples = read_at_most(view.samples, most, f"proposal-draw:{view.step}")
+        reference = read_at_most(view.reference, most, "proposal-draw:reference")
+        if len(samples) < len(view.samples) or len(reference) < len(view.reference):
+            result.read = {"rollouts": len(samples), "of": len(view.samples),
+                           "reference": len(reference), "reference_of": len(view.reference)}
+        return replace(view, samples=samples, reference=reference)
 
     def _relevance(self, view: ProposerView) -> dict[str, int] | None:
         """Per sample of the view and its reference: the words of its prompt's vocabulary it uses

@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import sparse
 
-from .permutation import MaxTail, centred, within_permutations
+from .permutation import MaxTail, centred, whole_groups, within_permutations
 
 BUCKETS = 1 << 15
 """Hash buckets of the n-gram blocks (collisions only blur which feature carries the fit)."""
@@ -56,10 +56,11 @@ the kernel's smallest directions."""
 
 MOST_REPLIES = 2048
 """Replies the test reads at most: past it, a seeded draw of whole prompt groups, as many as keep
-it within this (`_draw`). Its cost grows with the square of the replies (the kernel), and a
-64 x 16 batch over five steps is 5,120 replies; the draw reads the groups alone, never the
-rewards, so the test stays exact on the replies drawn. What it gives up is power for pay too
-rare to show in 2,048 replies; the named candidates still read every reply."""
+it within this (permutation.whole_groups). Its cost grows with the square of the replies (the
+kernel); the draw reads the groups alone, never the rewards, so the test stays exact on the
+replies drawn. What it gives up is power for pay too rare to show in 2,048 replies. A proposal
+reads at most `LexicalConfig.most_rollouts` (1,024 by default), so this draw acts only where a
+user raised that or a rollout holds several replies."""
 
 DENSE_SHARE = 0.1
 """A feature shown in more than this share of the replies enters the kernel by a dense product."""
@@ -199,7 +200,7 @@ def omnibus(texts: list[str], y: np.ndarray, groups: np.ndarray, alpha: float, p
     groups = np.unique(np.asarray(groups), return_inverse=True)[1]
     y = np.asarray(y, dtype=float)
     if len(texts) > most:
-        kept = _draw(groups, most, seed)
+        kept = whole_groups(groups, most, f"omnibus-draw:{seed}")
         texts, y, groups = [texts[i] for i in kept], y[kept], np.unique(groups[kept], return_inverse=True)[1]
     y = centred(y, groups)
     if len(np.unique(groups[np.abs(y) > 1e-12])) < MIN_GROUPS:
@@ -224,25 +225,21 @@ def omnibus(texts: list[str], y: np.ndarray, groups: np.ndarray, alpha: float, p
     perms = within_permutations(groups, max(int(permutations), MIN_PERMUTATIONS), seed)
     ys = np.vstack([y, y[perms]])  # the observed rewards first, then the permuted ones
     scale = float(np.mean(np.diag(kernel))) or 1.0
-    phi = spectral_features(kernel, None if len(texts) <= whole_up_to else rank, seed)
+    ridges = [ridge * scale for ridge in RIDGES]
     cov = np.zeros((len(RIDGES), len(ys)))
-    for test in _folds(groups, seed):
-        cov += held_out_covariance(phi, ys, ~test, test, [ridge * scale for ridge in RIDGES])
+    if len(texts) <= whole_up_to:  # the kernel whole: each fit on it directly, the smaller problem
+        for test in _folds(groups, seed):
+            cov += kernel_held_out_covariance(kernel, ys, ~test, test, ridges)
+    else:
+        phi = spectral_features(kernel, rank, seed)
+        for test in _folds(groups, seed):
+            cov += held_out_covariance(phi, ys, ~test, test, ridges)
     stats = [(c - float(np.mean(c[1:]))) / (float(np.std(c[1:])) or 1.0) for c in cov]
     stat = np.max(np.stack(stats), axis=0)
     p = MaxTail(stat[1:]).p(float(stat[0]))
     passed = p <= alpha
     return Omnibus(p, passed, float(stat[0]), carriers(blocks, features, buckets, y, onehot, n_g) if passed else [],
                    len(texts))
-
-
-def _draw(groups: np.ndarray, most: int, seed: int) -> np.ndarray:
-    """The replies of a seeded draw of whole groups (`groups`: 0..k-1), as many groups as keep the
-    replies within `most` (at least one group), in their order in the view."""
-    order = np.random.default_rng(zlib.crc32(f"omnibus-draw:{seed}".encode())).permutation(int(groups.max()) + 1)
-    sizes = np.bincount(groups)[order]
-    chosen = order[:max(1, int(np.searchsorted(np.cumsum(sizes), most, side="right")))]
-    return np.flatnonzero(np.isin(groups, chosen))
 
 
 def held_out_covariance(phi: np.ndarray, ys: np.ndarray, train: np.ndarray, test: np.ndarray,
@@ -258,6 +255,21 @@ def held_out_covariance(phi: np.ndarray, ys: np.ndarray, train: np.ndarray, test
     held = (phi[test] @ v).T @ ys[:, test].T  # the held-out rewards on the same directions
     both = ahead * held
     values = np.maximum(values, 0.0)  # a Gram's eigenvalues: negative only by rounding
+    return np.stack([(1.0 / (values + ridge)) @ both for ridge in ridges])
+
+
+def kernel_held_out_covariance(kernel: np.ndarray, ys: np.ndarray, train: np.ndarray, test: np.ndarray,
+                               ridges: list[float]) -> np.ndarray:
+    """`held_out_covariance` with the kernel itself for `phi phi^T` (the same fit: a ridge's
+    held-out predictions are K_st (K_tt + ridge I)^-1 y_t), from one eigendecomposition of the
+    training replies' kernel, K_tt = U diag(s) U^T: sum_j (U^T K_ts y_s)_j (U^T y_t)_j / (s_j + ridge).
+    With the kernel whole it needs no features, and its decomposition is of the training replies,
+    fewer than the kernel's directions."""
+    values, u = np.linalg.eigh(kernel[np.ix_(train, train)])
+    ahead = u.T @ ys[:, train].T
+    held = u.T @ (kernel[np.ix_(train, test)] @ ys[:, test].T)
+    both = ahead * held
+    values = np.maximum(values, 0.0)  # a kernel's eigenvalues: negative only by rounding
     return np.stack([(1.0 / (values + ridge)) @ both for ridge in ridges])
 
 

@@ -21,6 +21,7 @@ permutations, more accurate P-values"), with the tail never taken lighter than e
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,16 @@ def indicator(rows: list[list[int]], n: int) -> sparse.csr_matrix:
     indptr = np.cumsum([0] + [len(r) for r in rows])
     cols = np.fromiter((i for r in rows for i in r), dtype=np.int64, count=int(indptr[-1]))
     return sparse.csr_matrix((np.ones(len(cols), dtype=np.float64), cols, indptr), shape=(len(rows), n))
+
+
+def whole_groups(groups: np.ndarray, most: int, key: str) -> np.ndarray:
+    """The indices (in order) of a seeded draw of whole groups (`groups`: 0..k-1), as many groups as
+    keep their samples within `most` (at least one group). The draw reads the groups and `key`
+    alone, never the rewards, so a permutation test within groups stays exact on what was drawn."""
+    order = np.random.default_rng(zlib.crc32(key.encode())).permutation(int(groups.max()) + 1)
+    totals = np.bincount(groups, minlength=len(order))[order]
+    chosen = order[:max(1, int(np.searchsorted(np.cumsum(totals), most, side="right")))]
+    return np.flatnonzero(np.isin(groups, chosen))
 
 
 def within_permutations(groups: np.ndarray, b: int, seed: int) -> np.ndarray:

@@ -372,6 +372,8 @@ class PenaltyTerm(RewardTerm):
                              {k: getattr(result.accepted, k) for k in ("title", "regex", "detector")}}
             if result.omnibus is not None:  # what the omnibus test read of the view (a draw past its size)
                 self.evidence["omnibus"] = result.omnibus
+            if result.read is not None:  # the proposal read a draw of the view (`most_replies`)
+                self.evidence["read"] = result.read
             if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
                 self.evidence["co_travellers"] = result.co_travellers
                 for c in result.co_travellers if self.rescorer is not None else []:  # a run's log says each
