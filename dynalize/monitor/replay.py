@@ -48,18 +48,24 @@ def row_key(r: MonitoredRollout) -> str:
                       ensure_ascii=False)
 
 
-def in_canonical_order(rows: list[MonitoredRollout]) -> list[MonitoredRollout]:
-    """A step's rows sorted by what they hold: a replay never depends on the order a framework (or
-    a shuffle, or a parallel writer) listed them in within the step."""
-    return sorted(rows, key=row_key)
+def in_canonical_order(rows: list[MonitoredRollout]) -> tuple[list[MonitoredRollout], str]:
+    """A step's rows sorted by what they hold, and their `rows_digest`: a replay never depends on
+    the order a framework (or a shuffle, or a parallel writer) listed them in within the step."""
+    keys = list(map(row_key, rows))
+    order = sorted(range(len(rows)), key=keys.__getitem__)
+    return [rows[i] for i in order], _digest(keys[i] for i in order)
 
 
 def rows_digest(rows: list[MonitoredRollout], in_file_order: bool = False) -> str:
     """What a monitored step held, in any order: a later invocation refuses a step whose rows
     changed. (`in_file_order`: the digest monitor folders saved before, order included.)"""
-    h = hashlib.sha256()
     keys = list(map(row_key, rows))
-    for key in keys if in_file_order else sorted(keys):
+    return _digest(keys if in_file_order else sorted(keys))
+
+
+def _digest(keys) -> str:
+    h = hashlib.sha256()
+    for key in keys:
         h.update(key.encode())
     return h.hexdigest()[:16]
 
@@ -209,7 +215,8 @@ class Monitor:
         """Judge, retire and propose for one step, as a run's penalty term would; its metrics row."""
         if self.done and step <= max(self.done):
             raise MonitorInputError(f"monitor: step {step} comes after step {max(self.done)} was monitored")
-        batch = as_batch(step, in_canonical_order(rows))
+        ordered, digest = in_canonical_order(rows)
+        batch = as_batch(step, ordered)
         scored = await self.term.score(batch)
         for r, info, unscored in zip(batch.rollouts, scored.info, scored.unscored or [False] * len(batch.rollouts)):
             r.info.update(info)
@@ -225,7 +232,7 @@ class Monitor:
         self.log.log_rollouts(step, batch.rollouts)
         self.log.log_events("penalties", scored.events)
         self.log.log_metrics(metrics)
-        self.done[step] = rows_digest(rows)
+        self.done[step] = digest
         self.save(step)
         return metrics
 
