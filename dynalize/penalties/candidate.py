@@ -79,6 +79,10 @@ class ProposalResult:
     """The omnibus test as run (None: not run): its p-value, whether it passed, the replies it read
     (a draw of whole groups past `omnibus.MOST_REPLIES`) and the view's replies as the proposal read
     them (`read`)."""
+    also: list[Candidate] = field(default_factory=list)
+    """Candidates after `accepted` that passed the same tests and every filter, with what the
+    ones before them cover and explain held as if live (`LexicalConfig.runners_up`): the run
+    queues them to enter after it, one a step."""
     read: dict[str, int] | None = None
     """Where the view held more than `LexicalConfig.most_rollouts`: the rollouts the proposal read
     (a draw of whole groups) `of` the view's, and the same for its reference; None: all."""

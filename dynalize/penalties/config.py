@@ -60,6 +60,14 @@ class LexicalConfig(_Section):
     """Permutations of the rewards behind each proposal's null (the same for every candidate), at
     most: the within-group null stops after a fifth of them when those already decide that nothing
     passes, with the decisions of the full count (penalties.sequential)."""
+    runners_up: int = Field(2, ge=0)
+    """Besides its strongest candidate, a proposal also proposes up to this many more that passed
+    the same tests (at the proposal's level: the run's error rate covers every pattern that
+    passes, not only the strongest) and every filter, each checked with the ones before it held
+    as if live (covered and explained-away as at the next proposal); they enter one a step after
+    it. Without them a second hack that passed beside a stronger one was dropped, and by the next
+    proposal it had often taken over every reply, leaving no contrast to find it again (a TRL
+    run's length bar beside a paid word, benchmarks/trl_penalties.py). 0: the strongest alone."""
     most_rollouts: int | None = Field(1024, ge=2)
     """Rollouts a proposal reads at most, of the view and of its reference each: past it, a seeded
     draw of whole prompt groups, as many as keep within it (permutation.whole_groups: it reads the

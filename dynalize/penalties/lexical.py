@@ -265,6 +265,7 @@ class LexicalProposer:
             return revival
         result.candidates += len(scored)
         waiting: list[Shows] = []  # stronger patterns set aside for not rising yet (explain_by_stronger)
+        chosen: list[Candidate] = []  # the best, then its runners-up (`runners_up`)
         for rank, t in enumerate(scored):
             f, k = t.feature, t.key
             having = [s for s in pos if t.shows(s)]
@@ -292,9 +293,26 @@ class LexicalProposer:
             if self.accept is not None and not self.accept(c):
                 result.reject("vetoed")
                 continue
-            result.reject("not_best", len(scored) - rank - 1)
-            return c
-        return None
+            chosen.append(c)
+            if len(chosen) > self.cfg.runners_up:
+                result.reject("not_best", len(scored) - rank - 1)
+                break
+            self._as_live(c, view, detections, active, named, explainers, result)
+        result.also = chosen[1:]
+        return chosen[0] if chosen else None
+
+    def _as_live(self, c: Candidate, view: ProposerView, detections: _Detections, active: list[tuple[Penalty, Spans]],
+                 named: set[str], explainers: list[Dose], result: ProposalResult) -> None:
+        """Hold chosen candidate `c` as if it were live for the candidates after it: what it covers
+        is covered, what it explains away is explained (as at the next proposal, once it is)."""
+        if c.detector is not None:
+            named.add(c.detector)
+            explainers.append(detections.shows(DETECTORS[c.detector]))
+            return
+        pen = Penalty(id=f"chosen{len(active)}", title=c.title, description=c.description, regex=c.regex)
+        for _, spans in penalty_matches([pen], view.samples, result):
+            active.append((pen, spans))
+            explainers.append(lambda s, spans=spans: _dose(spans, s))
 
     def _within_budget(self, view: ProposerView, result: ProposalResult) -> ProposerView:
         """`view` with its samples, and its reference's, each cut to a seeded draw of whole groups past

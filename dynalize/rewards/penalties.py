@@ -386,11 +386,12 @@ class PenaltyTerm(RewardTerm):
             self._count(f"proposer/failed/{result.failed_at or 'propose'}")
             log.warning("proposer.failed", step=self.label(view.step), stage=result.failed_at, error=result.error)
         elif result.accepted is not None:
-            if self.unconfirmed and result.accepted.confirmation is None:
-                result.accepted.confirmation = Confirmation(NOT_CONFIRMABLE, self.unconfirmed).to_dict()
-            self._count("proposer/accepted")
-            self.pending.append(result)
-            log.info("proposer.accepted", step=self.label(view.step), title=result.accepted.title, queued=len(self.pending))
+            for c in [result.accepted, *result.also]:  # the runners-up enter after it, one a step
+                if self.unconfirmed and c.confirmation is None:
+                    c.confirmation = Confirmation(NOT_CONFIRMABLE, self.unconfirmed).to_dict()
+                self._count("proposer/accepted")
+                self.pending.append(result if c is result.accepted else ProposalResult(step=result.step, accepted=c))
+                log.info("proposer.accepted", step=self.label(view.step), title=c.title, queued=len(self.pending))
 
     def _measure_pay(self, batch: Batch, before: list[list[float]]) -> None:
         """Each live penalty's within-group reward gap on this batch, kept on it (penalties.pay)."""
