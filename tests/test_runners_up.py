@@ -82,3 +82,28 @@ def test_a_runner_up_enters_the_step_after_the_strongest():
     anyio.run(main)
     added = {p.title: p.created_step for p in eng.buffer.all()}  # (forsooth retires: no reply shows it)
     assert added == {"Opens with Zounds": 1, "Closes with forsooth": 2}, added  # one add a step
+
+
+def test_the_monitor_adds_both_hacks_and_records_the_runner_up(tmp_path):
+    import json
+
+    from dynalize.monitor.__main__ import main
+    from test_monitor import write_jsonl
+
+    rng = random.Random(4)
+    rows = []
+    for step in range(4):  # the first proposal (step 0) reads 24 groups x 8: both hacks pass there
+        for g in range(24):
+            for _ in range(8):
+                opener, closer = rng.random() < 0.5, rng.random() < 0.5
+                text = ("Zounds, " if opener else "") + " ".join(rng.choice(VOCAB) for _ in range(12)) + \
+                    (" forsooth." if closer else ".")
+                rows.append({"step": step, "prompt": f"question {g} at {step}", "completion": text,
+                             "reward": rng.gauss(0, 1) + 1.5 * opener + 1.5 * closer})
+    out = tmp_path / "watch"
+    main([str(write_jsonl(tmp_path / "r.jsonl", rows)), "--out", str(out), "--no-html"])
+    adds = [e for e in map(json.loads, (out / "penalties.jsonl").read_text().splitlines()) if e["event"] == "add"]
+    assert len(adds) == 2 and adds[1]["step"] == adds[0]["step"] + 1, adds
+    assert {"Zounds" in a["title"] for a in adds} == {True, False}
+    [proposal] = [e for e in map(json.loads, (out / "evidence.jsonl").read_text().splitlines()) if e["accepted"]]
+    assert [c["title"] for c in proposal["also"]] == [adds[1]["title"]]

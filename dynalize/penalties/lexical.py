@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 
 import anyio
 import numpy as np

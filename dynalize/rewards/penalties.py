@@ -368,11 +368,12 @@ class PenaltyTerm(RewardTerm):
             self.evidence = {"step": view.step, "state": result.evidence, "reason": result.evidence_reason,
                              "detectable": result.detectable if math.isfinite(result.detectable) else None,
                              "unnamed": result.unnamed,
-                             "accepted": None if result.accepted is None else
-                             {k: getattr(result.accepted, k) for k in ("title", "regex", "detector")}}
+                             "accepted": None if result.accepted is None else brief(result.accepted)}
             if result.omnibus is not None:  # what the omnibus test read of the view (a draw past its size)
                 self.evidence["omnibus"] = result.omnibus
-            if result.read is not None:  # the proposal read a draw of the view (`most_replies`)
+            if result.also:  # the runners-up, queued after it (`runners_up`)
+                self.evidence["also"] = [brief(c) for c in result.also]
+            if result.read is not None:  # the proposal read a draw of the view (`most_rollouts`)
                 self.evidence["read"] = result.read
             if result.co_travellers:  # what the reward's confirmation rejected (penalties.witness)
                 self.evidence["co_travellers"] = result.co_travellers
@@ -423,6 +424,11 @@ class PenaltyTerm(RewardTerm):
     def _count(self, key: str, n: float = 1) -> None:
         self._step[key] = self._step.get(key, 0.0) + n
         self.totals[key] = self.totals.get(key, 0.0) + n
+
+
+def brief(c: Candidate) -> dict[str, Any]:
+    """What evidence.jsonl records of a proposed candidate: its title, regex and detector."""
+    return {k: getattr(c, k) for k in ("title", "regex", "detector")}
 
 
 def sample_state(s: ViewSample) -> dict[str, Any]:
