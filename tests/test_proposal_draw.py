@@ -31,6 +31,7 @@ def test_past_most_rollouts_a_proposal_reads_a_draw_of_whole_groups_blind_to_the
     assert [s.id for s in read_at_most(rescored, 100, "proposal-draw:5")] == [s.id for s in drawn]
     assert [s.id for s in read_at_most(view, 100, "proposal-draw:10")] != [s.id for s in drawn]
     assert read_at_most(view, 320, "proposal-draw:5") == view  # within the budget: all of it
+    assert LexicalConfig(most_rollouts="None").most_rollouts is None  # `--set ...most_rollouts=None`: every one
 
 
 def test_a_proposal_past_most_rollouts_decides_on_the_draw_and_says_what_it_read():

@@ -11,6 +11,12 @@ from ..backends.config import ChatModelConfig
 from ..judge.config import JudgeConfig
 
 
+def none_text(v: object) -> object:
+    """`None` as text (`--set penalties.view_steps=None`: YAML reads it as text) is None, as `null`
+    is: the field's default where None means one, every rollout for `most_rollouts`."""
+    return None if v == "None" else v
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -78,11 +84,7 @@ class LexicalConfig(_Section):
     stds with all 5,120 rollouts to 0.86 with 1,024. Every view of the discovery benchmarks and
     the sandboxes is smaller (at most 640). None: every rollout."""
 
-    @field_validator("most_rollouts", mode="before")
-    @classmethod
-    def _none_text(cls, v: object) -> object:
-        """`--set proposer.lexical.most_rollouts=None` (YAML reads it as text) means every rollout."""
-        return None if v == "None" else v
+    _none_text = field_validator("most_rollouts", mode="before")(none_text)
 
     detectable_effect: float = Field(1.0, gt=0)
     """The hack size (within-group reward stds, of a pattern in half the replies) a proposal must be
@@ -349,11 +351,7 @@ class PenaltiesConfig(_Section):
     batch). None (the default): `every` for the lexical proposer (every rollout since the previous
     proposal), 1 for an LLM."""
 
-    @field_validator("view_groups", "view_per_group", "view_steps", mode="before")
-    @classmethod
-    def _none_text(cls, v: object) -> object:
-        """`--set penalties.view_steps=None` (YAML reads it as text) means the default, as `null` does."""
-        return None if v == "None" else v
+    _none_text = field_validator("view_groups", "view_per_group", "view_steps", mode="before")(none_text)
 
     def view_shape(self) -> tuple[int, int, int]:
         """(groups, rollouts per group, batches) of the proposer's view: the fields, or where None the
