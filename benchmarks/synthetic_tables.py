@@ -75,11 +75,11 @@ def kinds_cells(title: str, rows: list[dict[str, Any]]) -> Cells:
         prec = f"alarmed {r['alarmed']}/{r['runs']}" if control else \
             f"{r['true'] / r['patterns']:.2f} ({r['true']}/{r['patterns']})" if r["patterns"] else "—"
         delay = "—" if r["delay_median"] is None else f"{r['delay_median']:g} / {r['delay_max']}"
-        rule = "—" if control else f"{r['exit0_qualifying']} of {r['qualifying']}"
+        rule = "—" if control else f"{r['exit0_qualifying']} of {r['qualifying']} ({r.get('exit0_seeable_pay', '?')})"
         out.append([k, what, str(r["runs"]), recall, prec, f"{r['false_per_run']:.2f}", delay, _exits(r["exits"]), rule])
     planted = next((i for i, r in enumerate(rows) if r["kind"] == "all planted"), None)
     return Cells(title, ("kind", "what the reward pays for", "runs", "recall", "precision", "false / run",
-                         "delay median / max", "exit 0 / 10 / 11 / 12 / other", "exit 0 when paid >= 0.5 std in >= 50 %"),
+                         "delay median / max", "exit 0 / 10 / 11 / 12 / other", "exit 0 when paid >= 0.5 std in >= 50 % (netting what it said it could see)"),
                  out, set() if planted is None else {planted - 1, planted})
 
 

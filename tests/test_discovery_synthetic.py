@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from synthetic_policy import TRAITS, Drift, Policy, Reply, prompts  # noqa: E402
-from synthetic_score import clopper_pearson, kind_row, null_row  # noqa: E402
+from synthetic_score import clopper_pearson, kind_row, net_pay, null_row  # noqa: E402
 from synthetic_worlds import (CATEGORIES, HELD_OUT, NULL_KINDS, PAYS, PREVALENCE, SHAPES, SHORTCUT_KINDS,  # noqa: E402
                               TUNED, honest, honest_std, kind_category, make_world, simulate, split_rule, write_logs)
 
@@ -146,6 +146,29 @@ def test_rows_count_exit_0_only_on_qualifying_shortcuts_and_alarms_on_any_patter
                               _run("noise", 12, [])])
     # unnamed pay (exit 12) on a null world is a false alarm too
     assert (null["alarmed"], null["runs"]) == (2, 4) and null["proposed"] == [("t", 1)]
+
+
+def test_an_exit_0_counts_against_the_monitors_claim_only_where_the_trait_netted_what_it_said_it_could_see():
+    runs = [{**_run("short", 0, []), "net_pay": 0.4, "detectable": 0.94},
+            {**_run("short", 0, []), "net_pay": 1.1, "detectable": 0.94},
+            {**_run("short", 0, []), "net_pay": None, "detectable": 0.94},  # not measurable: counted
+            _run("short", 0, [])]  # scored before the claim was kept: counted
+    row = kind_row("short", runs)
+    assert (row["exit0_qualifying"], row["exit0_seeable_pay"]) == (4, 3)
+
+
+def test_a_trait_that_costs_honest_reward_nets_less_than_its_planted_bonus():
+    # "short" deletes all but a reply's first sentence: fewer topic words, a length under 10
+    # words, both paid less by the honest reward, so its bonus of 1 std nets well under 1
+    world = make_world("short", 0, "8x8")
+    rollouts = simulate(world, SHAPES["8x8"], "t-short-net")
+    truth = [world.shows(r.reply, r.prompt) for r in rollouts]
+    short = net_pay(rollouts, truth, None)
+    word = make_world("word", 0, "8x8")
+    w_rollouts = simulate(word, SHAPES["8x8"], "t-word-net")
+    plain = net_pay(w_rollouts, [word.shows(r.reply, r.prompt) for r in w_rollouts], None)
+    assert short is not None and plain is not None and short < 0.75 < plain, (short, plain)
+    assert net_pay(rollouts, [False] * len(rollouts), None) is None
 
 
 @pytest.mark.slow

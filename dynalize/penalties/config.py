@@ -197,8 +197,9 @@ class LexicalConfig(_Section):
     families: bool = True
     """Also test families (penalties.families): the content words, openers or closers the reward
     pays most on a seeded half of the view's groups (at least two, at most eight of one class),
-    as one pattern that any member shows, tested on the other half alone at
-    `discovery.FAMILY_SHARE` of the proposal's within-group level. A hack written in several
+    as one pattern that any member shows, tested on the other half alone; and, with a reference,
+    the ones of a class that rose most since it (texts alone: the unions of the 2 ... 8 steepest),
+    tested on every group; all at `discovery.FAMILY_SHARE` of the proposal's within-group level. A hack written in several
     wordings ("Happy to help further!", "Let me know if you want more.") spreads over its
     members, each too rare for its own test; its penalty is the members' regexes joined, so the
     policy cannot move to another member. False: no families (the wording family then decides

@@ -38,7 +38,7 @@ from .config import LexicalConfig
 from .covariates import concave_fit, local_jumps, net_of_concave, net_of_smooth, orthogonal
 from .omnibus import Omnibus, finished, omnibus
 from .evidence import ONSET_WINDOW, fisher_p, holds_relevance, length_statistics, paid_past
-from .families import family_feature, members, shows_any, split
+from .families import family_feature, members, risen, shows_any, split
 from .permutation import (centred, contrast_effect, detectable_effect, group_index, indicator, plain_z,
                           proposal_level, residuals, standardised, step_down, within_permutations)
 from .sequential import sequential_null
@@ -187,7 +187,7 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     others = legitimate(samples, topical, cfg)
     x = indicator(rows, len(samples))
     if cfg.families:  # chosen on half the groups, tested on the other half (penalties.families)
-        found = _families(keep, x, y, groups, others, step)
+        found = _families(keep, x, y, groups, others, step, len(reference))
         keep += [trial for trial, _ in found]
         if found:
             x = sparse.vstack([x, indicator([held_out for _, held_out in found], len(samples))]).tocsr()
@@ -293,21 +293,28 @@ def legitimate(samples: list[ViewSample], relevance: np.ndarray | None, cfg: Lex
 
 
 def _families(keep: list[Trial], x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
-              others: list[np.ndarray], step: int) -> list[tuple[Trial, list[int]]]:
-    """The view's families (penalties.families), each a trial with the samples of the test half
-    that show it: its members chosen on the reward net of the legitimate covariates within the
-    screening half of the groups."""
+              others: list[np.ndarray], step: int, n_then: int) -> list[tuple[Trial, list[int]]]:
+    """The view's families (penalties.families), each a trial with the samples its test reads
+    that show it: chosen by pay on the screening half of the groups (the reward net of the
+    legitimate covariates), tested on the other half; or chosen by their rise since the
+    reference (`n_then` samples; texts alone), tested on every group."""
     screen = split(groups, step)
     fresh = [i for i, c in enumerate(keep) if not c.retired]
+    kinds = [keep[i].feature.kind for i in fresh]
     scores = net_of_smooth(y, groups, None, others)
-    chosen = members([keep[i].feature.kind for i in fresh], x[fresh], scores, groups, screen)
-    out = []
-    for name, picked in chosen.items():
+    chosen = [(name, picked, True) for name, picked in members(kinds, x[fresh], scores, groups, screen).items()]
+    rises = risen(kinds, [set(keep[i].now) for i in fresh], [len(keep[i].then) for i in fresh], x.shape[1], n_then)
+    chosen += [(name, picked, False) for name, nested in rises.items() for picked in nested]
+    out, seen = [], set()
+    for name, picked, halved in chosen:
         parts = [keep[fresh[r]] for r in picked]
         f = family_feature(name, [p.feature for p in parts])
-        held_out = sorted({i for p in parts for i in p.now if not screen[i]})
+        if f.key in seen:
+            continue
+        seen.add(f.key)
+        tested = sorted({i for p in parts for i in p.now if not (halved and screen[i])})
         then = sorted({i for p in parts for i in p.then})
-        out.append((Trial(f.key, f, shows_any([p.shows for p in parts]), held_out, then), held_out))
+        out.append((Trial(f.key, f, shows_any([p.shows for p in parts]), tested, then), tested))
     return out
 
 

@@ -7,12 +7,19 @@ own test, and a penalty on one member leaves the others paid. A family is the di
 members of one class (`CLASSES`: content words, openers, closers) that the reward pays most.
 
 Choosing the members with the rewards and then testing their union on the same rewards would
-not hold the error rate, so the view's prompt groups are split in two by a seeded draw (`split`):
-the members are chosen on one half (`SCREEN_Z`, `MAX_MEMBERS`), and the family is tested on the
-other half alone (its indicator is zero on the first). Given the first half, the second half's
-rewards are still exchangeable within its groups under the null, so the family's permutation
-test (penalties.discovery, in a family of tests of its own at `FAMILY_SHARE` of the level) is
-exact; its penalty then matches every reply that shows a member.
+not hold the error rate. Members are therefore chosen in one of two ways, each keeping the test
+exact (penalties.discovery tests every family in a family of tests of its own, at `FAMILY_SHARE`
+of the level; a family's penalty matches every reply that shows a member):
+
+- **by pay, on half the groups** (`members`): the view's prompt groups are split in two by a
+  seeded draw (`split`), the members chosen on one half (`SCREEN_Z`, `MAX_MEMBERS`), and the family
+  tested on the other half alone (its indicator is zero on the first). Given the first half, the
+  second half's rewards are still exchangeable within its groups under the null.
+- **by rise, on every group** (`risen`): the members of a class that grew most since the run's
+  reference batches, read from the texts alone, never the rewards; the unions of the 2, 3, ...
+  `MAX_MEMBERS` steepest risers are each tested on the whole view. A hack in several wordings
+  rises with its pay, so this keeps the half of the groups the split gives up (on a view of 10
+  groups, 5), where the pay of each member alone is too weak to screen.
 """
 
 from __future__ import annotations
@@ -83,6 +90,41 @@ def members(kinds: list[str], x: sparse.csr_matrix, scores: np.ndarray, groups: 
         union = sparse.csr_matrix(xa[picked].max(axis=0, keepdims=True))
         if plain_z(union, r, g)[0] >= SCREEN_Z:  # nan where no group contrasts it: left out
             out[name] = [int(rows[i]) for i in picked]
+    return out
+
+
+RISE_Z = 1.0
+"""A member chosen by rise grew by at least this many standard errors (two proportions: the view's
+replies against the reference's) since the run's reference batches."""
+
+
+def risen(kinds: list[str], now: list[set[int]], then: list[int], n_now: int, n_then: int) -> dict[str, list[list[int]]]:
+    """Per class, the nested member lists of the families chosen by rise (the module docstring):
+    of the rows (candidates of `kinds`, shown by the view samples in `now`, of `n_now`, and by
+    `then` of `n_then` reference samples) that rose by `RISE_Z` standard errors or more, steepest
+    first, each that shows in a sample the ones before it do not (an opener's first word and its
+    first two words are one member), the first 2, 3, ... `MAX_MEMBERS`. Texts only: the rewards
+    play no part, so each union's permutation test on the whole view is exact. Nothing without a
+    reference."""
+    if not n_now or not n_then:
+        return {}
+    counts, then = np.array([len(s) for s in now], dtype=float), np.asarray(then, dtype=float)
+    pooled = (counts + then) / (n_now + n_then)
+    se = np.sqrt(np.maximum(pooled * (1 - pooled) * (1 / n_now + 1 / n_then), 1e-24))
+    z = (counts / n_now - then / n_then) / se
+    out = {}
+    for name, allowed in CLASSES.items():
+        rows = np.array([i for i, k in enumerate(kinds) if k in allowed and z[i] >= RISE_Z], dtype=np.int64)
+        steepest: list[int] = []
+        covered: set[int] = set()
+        for r in rows[np.argsort(-z[rows], kind="stable")]:
+            if len(steepest) == MAX_MEMBERS:
+                break
+            if not now[r] <= covered:
+                steepest.append(int(r))
+                covered |= now[r]
+        if len(steepest) >= MIN_MEMBERS:
+            out[name] = [steepest[:k] for k in range(MIN_MEMBERS, len(steepest) + 1)]
     return out
 
 
