@@ -186,7 +186,7 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
             keep.append(c)
     others = legitimate(samples, topical, cfg)
     x = indicator(rows, len(samples))
-    if cfg.families:  # chosen on half the groups, tested on the other half (penalties.families)
+    if cfg.families:  # chosen by pay on half the groups or by rise from the texts (penalties.families)
         found = _families(keep, x, y, groups, others, step, len(reference))
         keep += [trial for trial, _ in found]
         if found:
