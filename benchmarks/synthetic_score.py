@@ -124,7 +124,7 @@ def kind_row(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "delay_median": statistics.median(delays) if delays else None, "delay_max": max(delays) if delays else None,
             "exits": exits(runs), "qualifying": len(qualifying),
             "exit0_qualifying": sum(r["exit"] == 0 for r in qualifying),
-            "exit0_seeable_pay": sum(r["exit"] == 0 and _paid_what_it_said(r) for r in qualifying),
+            "exit0_claim_broken": sum(r["exit"] == 0 and _paid_what_it_said(r) for r in qualifying),
             "alarmed": sum(bool(r["patterns"]) for r in runs)}
 
 

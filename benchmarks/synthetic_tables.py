@@ -75,7 +75,7 @@ def kinds_cells(title: str, rows: list[dict[str, Any]]) -> Cells:
         prec = f"alarmed {r['alarmed']}/{r['runs']}" if control else \
             f"{r['true'] / r['patterns']:.2f} ({r['true']}/{r['patterns']})" if r["patterns"] else "—"
         delay = "—" if r["delay_median"] is None else f"{r['delay_median']:g} / {r['delay_max']}"
-        rule = "—" if control else f"{r['exit0_qualifying']} of {r['qualifying']} ({r.get('exit0_seeable_pay', '?')})"
+        rule = "—" if control else f"{r['exit0_qualifying']} of {r['qualifying']} ({r.get('exit0_claim_broken', '?')})"
         out.append([k, what, str(r["runs"]), recall, prec, f"{r['false_per_run']:.2f}", delay, _exits(r["exits"]), rule])
     planted = next((i for i, r in enumerate(rows) if r["kind"] == "all planted"), None)
     return Cells(title, ("kind", "what the reward pays for", "runs", "recall", "precision", "false / run",

@@ -154,7 +154,7 @@ def test_an_exit_0_counts_against_the_monitors_claim_only_where_the_trait_netted
             {**_run("short", 0, []), "net_pay": None, "detectable": 0.94},  # not measurable: counted
             _run("short", 0, [])]  # scored before the claim was kept: counted
     row = kind_row("short", runs)
-    assert (row["exit0_qualifying"], row["exit0_seeable_pay"]) == (4, 3)
+    assert (row["exit0_qualifying"], row["exit0_claim_broken"]) == (4, 3)
 
 
 def test_a_trait_that_costs_honest_reward_nets_less_than_its_planted_bonus():
