@@ -321,12 +321,23 @@ def set_torch_threads(threads: int = 0) -> None:
         torch.set_num_threads(threads or max(1, (os.cpu_count() or 2) // 2))
 
 
+FOLLOWING: list[Any] = []
+"""A follower rank's learner, kept to the end of the process. Torn down earlier (as a temporary
+dropped when `serve()` returns), its DDP reducer frees gloo's process group with the GIL held,
+which joins gloo's worker thread while that thread waits for the GIL to free the last broadcast's
+tensors: a deadlock, seen once in a loaded test run (both threads' native stacks in
+docs/reliability.md). The command line's ranks leave with `os._exit` (run.exit_process), so it is
+never torn down there."""
+
+
 def follow(cfg: RunConfig) -> None:
     """Ranks > 0 (`accelerate launch`, `torchrun`): hold a shard of the learner and follow rank 0."""
     from .build import build_learner
 
     set_torch_threads(cfg.torch_threads)
-    build_learner(cfg).serve()
+    learner = build_learner(cfg)
+    FOLLOWING.append(learner)
+    learner.serve()
 
 
 async def train_async(cfg: RunConfig, resume: bool, base: str = "the given RunConfig",

@@ -65,3 +65,28 @@ def test_two_process_ddp_matches_one_process(toy_overrides, tmp_path):
     assert weight_gap < 1e-4
     assert loss_gap < 1e-5
     assert (tmp_path / "two" / "checkpoints" / "step_000003" / "train_state").is_dir()
+
+
+def test_a_follower_rank_keeps_its_learner_until_the_process_ends(monkeypatch):
+    # freed when serve() returns, a DDP learner's reducer joins gloo's worker thread with the GIL
+    # held while that thread waits for the GIL (a deadlock seen under load, docs/reliability.md)
+    import gc
+    import weakref
+
+    import dynalize.build
+    from dynalize import api
+
+    class Learner:
+        served = False
+
+        def serve(self):
+            self.served = True
+
+    made = []
+    monkeypatch.setattr(dynalize.build, "build_learner", lambda cfg: made.append(Learner()) or made[-1])
+    monkeypatch.setattr(api, "FOLLOWING", [])
+    monkeypatch.setattr(api, "set_torch_threads", lambda threads: None)
+    api.follow(type("Cfg", (), {"torch_threads": 0})())
+    kept = weakref.ref(made.pop())
+    gc.collect()
+    assert kept() is not None and kept().served
