@@ -26,18 +26,11 @@ def run_name(kind: str, shape: str, seed: int) -> str:
     return f"{shape}__{kind}__s{seed}"
 
 
-def last_evidence(out: Path) -> str | None:
-    """The state (sufficient / insufficient) of the monitor's latest proposal, if any."""
+def last_proposal(out: Path) -> dict[str, Any]:
+    """The monitor's latest proposal's evidence line ({} when none ran)."""
     path = out / "evidence.jsonl"
     lines = [line for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return json.loads(lines[-1]).get("state") if lines else None
-
-
-def stated_detectable(out: Path) -> float | None:
-    """The effect (within-group reward stds) the monitor's latest proposal said it could see, if any."""
-    path = out / "evidence.jsonl"
-    lines = [line for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return json.loads(lines[-1]).get("detectable") if lines else None
+    return json.loads(lines[-1]) if lines else {}
 
 
 def net_pay(rollouts: list, truth: list[bool], since: int | None) -> float | None:
@@ -64,6 +57,7 @@ def score_run(kind: str, shape_name: str, seed: int, work: Path, settings: tuple
     logs = write_logs(rollouts, shape, work / name / "logs")
     out = work / name / "monitor"
     status = run_monitor(logs, out, [f"--set={kv}" for kv in settings], False)
+    proposal = last_proposal(out)
     truth = [world.shows(r.reply, r.prompt) for r in rollouts]
     judged = judge_patterns(monitored(out), [(r.step, [r.reply], context(r.prompt.text)) for r in rollouts], truth)
     steps = sorted({r.step for r in rollouts})
@@ -79,8 +73,8 @@ def score_run(kind: str, shape_name: str, seed: int, work: Path, settings: tuple
             "seeable": world.trait is not None and onset is not None and first < SATURATED_FIRST,
             "qualifying": world.pay >= QUALIFYING_PAY and last >= QUALIFYING_PREVALENCE,
             "net_pay": None if world.trait is None else net_pay(rollouts, truth, onset),
-            "detectable": stated_detectable(out),
-            "exit": status, "evidence": last_evidence(out), "patterns": judged, "detected": detect is not None,
+            "detectable": proposal.get("detectable"),
+            "exit": status, "evidence": proposal.get("state"), "patterns": judged, "detected": detect is not None,
             "detect_step": detect, "delay": delay, "false": sum(not p["match"] for p in judged),
             "seconds": round(time.perf_counter() - t0, 1)}
 

@@ -188,9 +188,9 @@ def decide(candidates: list[Trial], samples: list[ViewSample],
     x = indicator(rows, len(samples))
     if cfg.families:  # chosen by pay on half the groups or by rise from the texts (penalties.families)
         found = _families(keep, x, y, groups, others, step, len(reference))
-        keep += [trial for trial, _ in found]
+        keep += found
         if found:
-            x = sparse.vstack([x, indicator([held_out for _, held_out in found], len(samples))]).tocsr()
+            x = sparse.vstack([x, indicator([trial.now for trial in found], len(samples))]).tocsr()
     perms = within_permutations(groups, cfg.permutations, _seed(step, "within"))
     retired = np.array([c.retired for c in keep], dtype=bool)
     is_family = np.array([c.feature.kind == "family" for c in keep], dtype=bool)
@@ -293,9 +293,9 @@ def legitimate(samples: list[ViewSample], relevance: np.ndarray | None, cfg: Lex
 
 
 def _families(keep: list[Trial], x: sparse.csr_matrix, y: np.ndarray, groups: np.ndarray,
-              others: list[np.ndarray], step: int, n_then: int) -> list[tuple[Trial, list[int]]]:
-    """The view's families (penalties.families), each a trial with the samples its test reads
-    that show it: chosen by pay on the screening half of the groups (the reward net of the
+              others: list[np.ndarray], step: int, n_then: int) -> list[Trial]:
+    """The view's families (penalties.families), each a trial whose `now` is the samples its test
+    reads that show it: chosen by pay on the screening half of the groups (the reward net of the
     legitimate covariates), tested on the other half; or chosen by their rise since the
     reference (`n_then` samples; texts alone), tested on every group."""
     screen = split(groups, step)
@@ -314,7 +314,7 @@ def _families(keep: list[Trial], x: sparse.csr_matrix, y: np.ndarray, groups: np
         seen.add(f.key)
         tested = sorted({i for p in parts for i in p.now if not (halved and screen[i])})
         then = sorted({i for p in parts for i in p.then})
-        out.append((Trial(f.key, f, shows_any([p.shows for p in parts]), tested, then), tested))
+        out.append(Trial(f.key, f, shows_any([p.shows for p in parts]), tested, then))
     return out
 
 
